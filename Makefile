@@ -1,0 +1,73 @@
+# The one interface used by humans, CI and the Dockerfile.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BUF_VERSION := 1.75.0
+BUF := .tools/node_modules/.bin/buf
+PROTOS := $(wildcard proto/callgate/v1/*.proto)
+
+.PHONY: install install-system run test lint typecheck proto proto-check buf-lint check bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+STAMP := $(VENV)/.installed
+
+# Python packages (the project, editable, with its dev tools) into .venv.
+install: $(STAMP)
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tools use: bubblewrap (the Bash sandbox) and ripgrep (Grep).
+install-system:
+	@if ! command -v bwrap >/dev/null || ! command -v rg >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap ripgrep >/dev/null; \
+	  else echo "install bubblewrap and ripgrep (apt-get install bubblewrap ripgrep) for the sandbox and fast grep"; fi; \
+	fi
+
+$(BUF):
+	mkdir -p .tools && npm install --silent --prefix .tools @bufbuild/buf@$(BUF_VERSION) >/dev/null
+
+# Install and start the server on its embedded defaults (unix socket under ./.callgate and 127.0.0.1:50051).
+run: install install-system
+	$(VENV)/bin/callgate serve
+
+# Install everything and run the whole test suite.
+test: install install-system
+	$(PY) -m pytest
+
+proto: install
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto \
+	  --python_out=proto --grpc_python_out=proto \
+	  --mypy_out=proto --mypy_grpc_out=proto $(PROTOS)
+
+# Regenerate into a scratch tree and fail on any difference from the committed code.
+proto-check: install
+	@tmp=$$(mktemp -d) && \
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto --python_out=$$tmp --grpc_python_out=$$tmp \
+	  --mypy_out=$$tmp --mypy_grpc_out=$$tmp $(PROTOS) && \
+	for f in $$tmp/callgate/v1/*; do \
+	  diff -q $$f proto/callgate/v1/$$(basename $$f) >/dev/null || { echo "proto-check: $$(basename $$f) differs from proto/; run make proto"; rm -rf $$tmp; exit 1; }; \
+	done; rm -rf $$tmp; echo "proto-check: generated code is up to date"
+
+buf-lint: $(BUF)
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+
+lint: install
+	$(VENV)/bin/ruff check server client tests bench
+	$(VENV)/bin/ruff format --check server client tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy -p callgate.server -p callgate.client tests bench
+
+check: lint typecheck buf-lint proto-check test
+
+bench: install install-system
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .tools build dist src/*.egg-info

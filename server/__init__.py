@@ -1,0 +1,1 @@
+"""The callgate server: domain core, tools, gRPC adapter and command-line interface."""

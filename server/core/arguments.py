@@ -1,0 +1,135 @@
+"""Strict decoding of tool arguments: one JSON object, validated once, against a pydantic model.
+
+Rejected with ARGUMENTS_INVALID and a field violation: malformed JSON, a top level that is not
+an object, duplicate keys, NaN/Infinity, NUL bytes, lone surrogates (not valid UTF-8),
+nesting deeper than 32, documents over the size cap, unknown fields and wrong types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import InvalidArgument, arguments_invalid
+
+MAX_DEPTH = 32
+DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKeyError(key)
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(name)
+
+
+def decode_arguments(text: str, *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> dict[str, object]:
+    """Decode `text` as one JSON object with the strict rules above."""
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise arguments_invalid("", f"the arguments are larger than {max_bytes} bytes")
+    if not text.strip():
+        raise arguments_invalid("", "the arguments must be one JSON object, e.g. {}")
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_pairs_without_duplicates,
+            parse_constant=_reject_constant,
+        )
+    except _DuplicateKeyError as exc:
+        raise arguments_invalid(exc.key, "the key appears more than once") from None
+    except RecursionError:
+        raise arguments_invalid("", f"the arguments nest deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else f"{exc} is not valid JSON"
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise arguments_invalid("", f"malformed JSON: {detail}{where}") from None
+    if not isinstance(value, dict):
+        raise arguments_invalid("", "the arguments must be a JSON object, not " + _json_type(value))
+    _check_values(value)
+    return value
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise arguments_invalid(path, "NUL bytes are not allowed")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise arguments_invalid(path, "the text is not valid UTF-8 (a lone surrogate)") from None
+
+
+def _check_values(root: dict[str, object]) -> None:
+    """Depth, NUL and UTF-8 checks over the decoded document, iteratively."""
+    stack: list[tuple[object, str, int]] = [(root, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth > MAX_DEPTH:
+                raise arguments_invalid(path, f"nesting deeper than {MAX_DEPTH} levels")
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else key
+                _check_text(key, child)
+                stack.append((item, child, depth + 1))
+        elif isinstance(value, list):
+            if depth > MAX_DEPTH:
+                raise arguments_invalid(path, f"nesting deeper than {MAX_DEPTH} levels")
+            for index, item in enumerate(value):
+                stack.append((item, f"{path}[{index}]", depth + 1))
+        elif isinstance(value, str):
+            _check_text(value, path)
+
+
+def validate_arguments(model: type[ModelT], raw: dict[str, object]) -> ModelT:
+    """Validate decoded arguments against a strict, extra-forbidding pydantic model."""
+    try:
+        return model.model_validate(raw, strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        path = ".".join(str(part) for part in first["loc"])
+        message = str(first["msg"])
+        if first["type"] == "extra_forbidden":
+            message = "unknown field"
+        raise arguments_invalid(path, message) from None
+
+
+def parse_arguments(model: type[ModelT], text: str, *, max_bytes: int) -> ModelT:
+    """Decode and validate in one step."""
+    return validate_arguments(model, decode_arguments(text, max_bytes=max_bytes))
+
+
+__all__ = [
+    "DEFAULT_MAX_ARGUMENT_BYTES",
+    "MAX_DEPTH",
+    "InvalidArgument",
+    "decode_arguments",
+    "parse_arguments",
+    "validate_arguments",
+]

@@ -1,0 +1,123 @@
+"""Value types of the domain: states, requirements, decisions, denials and tool results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class State(enum.StrEnum):
+    """Lifecycle state of a tool call (DESIGN section 2)."""
+
+    PREPARED = "prepared"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DENIED = "denied"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {State.DENIED, State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED}
+)
+
+
+class DenialKind(enum.StrEnum):
+    OUT_OF_SCOPE = "out_of_scope"
+    REFUSED = "refused"
+    APPROVAL_REQUIRED = "approval_required"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVER_DENIED = "approver_denied"
+
+
+class SandboxMode(enum.StrEnum):
+    NONE = "none"
+    BWRAP = "bwrap"
+
+
+class RequirementKind(enum.StrEnum):
+    """The capability kinds the gate knows. Any other kind string is denied."""
+
+    FILESYSTEM_READ = "filesystem.read"
+    FILESYSTEM_WRITE = "filesystem.write"
+    COMMAND_EXECUTE = "command.execute"
+    NETWORK = "network"
+    CONTEXT_LOAD = "context.load"
+    PROCESS_INPUT = "process.input"
+
+
+class Access(enum.StrEnum):
+    """What an access default or a gate evaluation says of a requirement."""
+
+    ALLOW = "allow"
+    GATED = "gated"
+    DENY = "deny"
+
+
+TREE_PREFIX = "tree:"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One capability a call needs. `kind` is a plain string so unknown kinds reach the gate
+    (which denies them) instead of failing somewhere less visible."""
+
+    kind: str
+    scope: str
+    match: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCandidate:
+    """An allow rule an "approve for session/always" decision would save."""
+
+    kind: str
+    match: str
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decided_by: str
+    rule_ids: tuple[str, ...]
+    decide_time: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    kind: DenialKind
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool produced. A tool-level failure is a result with is_error, not an exception."""
+
+    text: str
+    is_error: bool = False
+    error_code: str = ""
+    json: str = ""
+    exit_code: int | None = None
+    omitted_bytes: int = 0
+
+    @classmethod
+    def error(cls, code: str, text: str, *, omitted_bytes: int = 0) -> ToolResult:
+        return cls(text=text, is_error=True, error_code=code, omitted_bytes=omitted_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    name: str
+    description: str
+    input_schema_json: str
+    requirement_kinds: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,132 @@
+"""The tool plugin interface: prepare (validate, normalize, freeze; no effect) and invoke.
+
+A tool never sees raw arguments at invocation: `Tool.invoke` receives only the frozen
+artifact its own `prepare` produced. Per-loop state (file observations, task graphs) is held
+by the loop and reached through the context, so tool objects themselves are stateless.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .arguments import validate_arguments
+from .errors import InternalError
+from .models import Requirement, RuleCandidate, ToolResult
+from .paths import Workspace
+
+
+class Arguments(BaseModel):
+    """Base of every tool's argument model: strict, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Artifact(BaseModel):
+    """Base of every frozen artifact: immutable, canonically encodable for the digest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What Prepare produces: the request the gate sees and the artifact Invoke runs."""
+
+    summary: str
+    requirements: tuple[Requirement, ...]
+    artifact: Artifact
+    candidates: tuple[RuleCandidate, ...] = ()
+
+
+@dataclass(slots=True)
+class LoopState:
+    """State one agent loop owns. `observations` maps a canonical path to the SHA-256 (hex)
+    of its content when the loop last read it in full (read-before-write)."""
+
+    loop_id: str
+    observations: MutableMapping[str, str] = field(default_factory=dict)
+
+
+OutputSink = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLimits:
+    """Caps tools apply (DESIGN section 5 defaults; configurable)."""
+
+    read_max_bytes: int = 1 << 20
+    read_max_lines: int = 2000
+    edit_max_bytes: int = 1 << 20
+    write_max_bytes: int = 1 << 20
+    glob_max_results: int = 500
+    grep_max_matches: int = 200
+    grep_max_bytes: int = 64 << 10
+    grep_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may use at Prepare and at Invoke."""
+
+    session_id: str
+    loop: LoopState
+    workspace: Workspace
+    limits: ToolLimits
+    # Set only at Invoke for InvokeStream: receives output chunks as they are produced.
+    output: OutputSink | None = None
+
+
+ArgsT = TypeVar("ArgsT", bound=Arguments)
+ArtifactT = TypeVar("ArtifactT", bound=Artifact)
+
+
+class Tool(abc.ABC, Generic[ArgsT, ArtifactT]):
+    """One tool. Subclasses set the class attributes and implement `prepare_args` / `run`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    arguments: ClassVar[type[Arguments]]
+    artifact: ClassVar[type[Artifact]]
+    requirement_kinds: ClassVar[tuple[str, ...]]
+
+    def prepare(self, raw: dict[str, object], ctx: ToolContext) -> Prepared:
+        """Validate decoded JSON arguments and freeze the call. Raises InvalidArgument."""
+        args = validate_arguments(self.arguments, raw)
+        return self.prepare_args(args, ctx)  # type: ignore[arg-type]  # validated to ArgsT
+
+    async def invoke(self, artifact: Artifact, ctx: ToolContext) -> ToolResult:
+        """Run a frozen artifact this tool prepared."""
+        if not isinstance(artifact, self.artifact):
+            raise InternalError()
+        return await self.run(artifact, ctx)  # type: ignore[arg-type]  # checked just above
+
+    @abc.abstractmethod
+    def prepare_args(self, args: ArgsT, ctx: ToolContext) -> Prepared:
+        """Normalize validated arguments into requirements and a frozen artifact. No effect."""
+
+    @abc.abstractmethod
+    async def run(self, artifact: ArtifactT, ctx: ToolContext) -> ToolResult:
+        """Perform the effect. Tool-level failures are returned as ToolResult.error(...)."""
+
+
+
+
+class ToolPlugin(Protocol):
+    """The erased view of a Tool that the registry and the lifecycle use."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def arguments(self) -> type[Arguments]: ...
+    @property
+    def requirement_kinds(self) -> tuple[str, ...]: ...
+
+    def prepare(self, raw: dict[str, object], ctx: ToolContext) -> Prepared: ...
+
+    async def invoke(self, artifact: Artifact, ctx: ToolContext) -> ToolResult: ...
