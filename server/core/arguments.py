@@ -20,17 +20,20 @@ DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class _DuplicateKeyError(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+class _DuplicateKeys(dict[str, object]):
+    """A decoded object in which `duplicate` appeared more than once. The hook that builds it
+    does not know where the object sits, so the value check reports it with its full path."""
+
+    duplicate: str = ""
 
 
 def _pairs_without_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     result: dict[str, object] = {}
     for key, value in pairs:
         if key in result:
-            raise _DuplicateKeyError(key)
+            marked = _DuplicateKeys(result)
+            marked.duplicate = key
+            return marked
         result[key] = value
     return result
 
@@ -39,7 +42,9 @@ def _reject_constant(name: str) -> object:
     raise ValueError(name)
 
 
-def decode_arguments(text: str, *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) -> dict[str, object]:
+def decode_arguments(
+    text: str, *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
+) -> dict[str, object]:
     """Decode `text` as one JSON object with the strict rules above."""
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
         raise arguments_invalid("", f"the arguments are larger than {max_bytes} bytes")
@@ -51,13 +56,15 @@ def decode_arguments(text: str, *, max_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES) 
             object_pairs_hook=_pairs_without_duplicates,
             parse_constant=_reject_constant,
         )
-    except _DuplicateKeyError as exc:
-        raise arguments_invalid(exc.key, "the key appears more than once") from None
     except RecursionError:
         raise arguments_invalid("", f"the arguments nest deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
         detail = exc.msg if isinstance(exc, json.JSONDecodeError) else f"{exc} is not valid JSON"
-        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        where = (
+            f" at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else ""
+        )
         raise arguments_invalid("", f"malformed JSON: {detail}{where}") from None
     if not isinstance(value, dict):
         raise arguments_invalid("", "the arguments must be a JSON object, not " + _json_type(value))
@@ -92,6 +99,9 @@ def _check_values(root: dict[str, object]) -> None:
     while stack:
         value, path, depth = stack.pop()
         if isinstance(value, dict):
+            if isinstance(value, _DuplicateKeys):
+                child = f"{path}.{value.duplicate}" if path else value.duplicate
+                raise arguments_invalid(child, "the key appears more than once")
             if depth > MAX_DEPTH:
                 raise arguments_invalid(path, f"nesting deeper than {MAX_DEPTH} levels")
             for key, item in value.items():
@@ -113,7 +123,10 @@ def validate_arguments(model: type[ModelT], raw: dict[str, object]) -> ModelT:
         return model.model_validate(raw, strict=True)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        path = ".".join(str(part) for part in first["loc"])
+        # The same path notation as the decoder's: `items[0].name`, not `items.0.name`.
+        path = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]
+        ).removeprefix(".")
         message = str(first["msg"])
         if first["type"] == "extra_forbidden":
             message = "unknown field"

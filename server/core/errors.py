@@ -110,9 +110,22 @@ class InternalError(CallgateError):
         super().__init__("INTERNAL", "The server failed unexpectedly; the details are in its log.")
 
 
+_MAX_FIELD_CHARS = 256
+
+
+def _printable_field(field: str) -> str:
+    """The field path as it may travel in a status: keys come from the caller's JSON, so a NUL,
+    a control character or a lone surrogate (which cannot be encoded in a gRPC status at all)
+    is escaped, and a huge key is cut so the status fits in trailing metadata."""
+    text = "".join(
+        ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in field[: _MAX_FIELD_CHARS + 1]
+    )
+    return text[:_MAX_FIELD_CHARS] + "..." if len(text) > _MAX_FIELD_CHARS else text
+
+
 def arguments_invalid(field: str, description: str) -> InvalidArgument:
     """A tool-argument error naming the offending field (`arguments.<path>`)."""
-    path = f"arguments.{field}" if field else "arguments"
+    path = f"arguments.{_printable_field(field)}" if field else "arguments"
     return InvalidArgument(
         "ARGUMENTS_INVALID",
         f"Invalid tool arguments: {path}: {description}",

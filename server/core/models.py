@@ -25,9 +25,7 @@ class State(enum.StrEnum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset(
-    {State.DENIED, State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED}
-)
+_TERMINAL = frozenset({State.DENIED, State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED})
 
 
 class DenialKind(enum.StrEnum):

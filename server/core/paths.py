@@ -31,19 +31,21 @@ DEFAULT_DENIED_GLOBS: tuple[str, ...] = (
 
 def glob_to_regex(pattern: str) -> str:
     """Translate a path glob to a regex body: `**` spans directories, `*` and `?` stay within
-    one path component, `[...]` is a character class. Anchoring is left to the caller."""
+    one path component, `[...]` is a character class. Anchoring is left to the caller.
+    `**` spans every character, newlines included (`(?s:...)`), whatever flags the caller
+    compiles with: a file name may hold a newline, and it must not hide a secret from a glob."""
     out: list[str] = []
     i = 0
     n = len(pattern)
     while i < n:
         if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+            out.append("(?:(?s:.*)/)?")
             i += 3
         elif pattern.startswith("/**", i) and i + 3 == n:
-            out.append("(?:/.*)?")
+            out.append("(?:/(?s:.*))?")
             i += 3
         elif pattern.startswith("**", i):
-            out.append(".*")
+            out.append("(?s:.*)")
             i += 2
         else:
             char = pattern[i]
@@ -114,6 +116,9 @@ class Workspace:
         symlinks to a canonical absolute path; anything that escapes is ARGUMENTS_INVALID."""
         if not raw:
             raise arguments_invalid(field, "the path is empty")
+        if "\x00" in raw:
+            # os.path.realpath would raise ValueError (an INTERNAL error) instead.
+            raise arguments_invalid(field, "the path holds a NUL byte")
         if len(raw) > 4096:
             raise arguments_invalid(field, "the path is longer than 4096 characters")
         joined = raw if raw.startswith("/") else os.path.join(self.root, raw)

@@ -113,8 +113,6 @@ class Tool(abc.ABC, Generic[ArgsT, ArtifactT]):
         """Perform the effect. Tool-level failures are returned as ToolResult.error(...)."""
 
 
-
-
 class ToolPlugin(Protocol):
     """The erased view of a Tool that the registry and the lifecycle use."""
 

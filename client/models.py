@@ -1,0 +1,191 @@
+"""The client's view of callgate resources: frozen pydantic models built from the wire messages."""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json as jsonlib
+import warnings
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+__all__ = [
+    "Decision",
+    "Denial",
+    "DenialKind",
+    "InvokeResult",
+    "Requirement",
+    "SandboxMode",
+    "Session",
+    "State",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class State(enum.StrEnum):
+    """Where a tool call is in its lifecycle (proto `State` without the `STATE_` prefix).
+
+    `UNSPECIFIED` stands for the proto zero value and for any value this client does not
+    know yet (a newer server), so that reading a call never fails on a new state.
+    """
+
+    UNSPECIFIED = "unspecified"
+    PREPARED = "prepared"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DENIED = "denied"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for the states a call never leaves."""
+        return self in _TERMINAL_STATES
+
+
+_TERMINAL_STATES = frozenset(
+    {State.DENIED, State.SUCCEEDED, State.FAILED, State.CANCELLED, State.EXPIRED}
+)
+
+
+class DenialKind(enum.StrEnum):
+    """Why a call was denied (proto `DenialKind` without the `DENIAL_KIND_` prefix)."""
+
+    UNSPECIFIED = "unspecified"
+    OUT_OF_SCOPE = "out_of_scope"
+    REFUSED = "refused"
+    APPROVAL_REQUIRED = "approval_required"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVER_DENIED = "approver_denied"
+
+
+class SandboxMode(enum.StrEnum):
+    """How a session's commands are confined (proto `SandboxMode` without its prefix)."""
+
+    UNSPECIFIED = "unspecified"
+    NONE = "none"
+    BWRAP = "bwrap"
+
+
+class Session(_Frozen):
+    """One agent's working context on the server."""
+
+    session_id: str
+    workspace: str
+    default_loop_id: str
+    sandbox_mode: SandboxMode
+    create_time: datetime | None
+    labels: dict[str, str]
+    sandbox_warning: str
+
+
+class Requirement(_Frozen):
+    """One capability a call needs; what the gate evaluates."""
+
+    kind: str
+    scope: str
+    match: str
+    description: str
+
+
+class Decision(_Frozen):
+    """Who or what approved a call (`decided_by` is "policy" or an approver's name)."""
+
+    decided_by: str
+    rule_ids: tuple[str, ...]
+    decide_time: datetime | None
+    reason: str
+
+
+class Denial(_Frozen):
+    """Why a call was denied."""
+
+    kind: DenialKind
+    description: str
+
+
+# `json` is the wire name of the structured result and the name callers expect; it
+# deliberately replaces pydantic's deprecated `BaseModel.json()` on this model only.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "json"', category=UserWarning)
+
+    class ToolResult(_Frozen):
+        """What a tool produced; `is_error` means the tool ran and failed (not an RPC error)."""
+
+        is_error: bool
+        error_code: str
+        text: str
+        json: str  # type: ignore[assignment]  # the proto field's name; see the comment above
+        exit_code: int | None
+        omitted_bytes: int
+
+        def parsed_json(self) -> JsonValue:
+            """The structured result decoded, or None when the tool returned none."""
+            if not self.json:
+                return None
+            value: JsonValue = jsonlib.loads(self.json)
+            return value
+
+
+class ToolCall(_Frozen):
+    """One use of a tool, identified by the execution ID minted at Prepare."""
+
+    execution_id: str
+    session_id: str
+    loop_id: str
+    tool_name: str
+    state: State
+    summary: str
+    requirements: tuple[Requirement, ...]
+    digest: str
+    decision: Decision | None
+    denial: Denial | None
+    result: ToolResult | None
+    create_time: datetime | None
+    update_time: datetime | None
+    expire_time: datetime | None
+
+
+class InvokeResult(_Frozen):
+    """The answer to Invoke: the call in its final state and its result."""
+
+    call: ToolCall
+    result: ToolResult
+
+
+class ToolSpec(_Frozen):
+    """A tool the session offers, with the JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    input_schema: dict[str, JsonValue]
+    requirement_kinds: tuple[str, ...]
+
+    def to_openai(self) -> dict[str, JsonValue]:
+        """The tool in OpenAI's function-calling format (an entry of `tools`)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": copy.deepcopy(self.input_schema),
+            },
+        }
+
+    def to_anthropic(self) -> dict[str, JsonValue]:
+        """The tool in Anthropic's tool-use format (an entry of `tools`)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": copy.deepcopy(self.input_schema),
+        }

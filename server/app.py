@@ -1,0 +1,236 @@
+"""The composition root: builds every part from the configuration and runs the gRPC server."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from callgate.server.config import ConfigError, ServerConfig
+from callgate.server.core.gate import AccessDefaults, Gate
+from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
+from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
+from callgate.server.core.principals import TokenAuthenticator
+from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
+from callgate.server.core.tool import ToolLimits
+from callgate.server.credentials import load_authenticator
+from callgate.server.rpc.handlers import register_service
+from callgate.server.rpc.tool_service import ToolServicer
+from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
+from callgate.server.tools.catalog import file_tools
+from callgate.server.tools.registry import ToolRegistry
+from callgate.v1 import tool_service_pb2
+
+log = logging.getLogger(__name__)
+
+TOOL_SERVICE = "callgate.v1.ToolService"
+SWEEP_INTERVAL_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """A started server: where it listens and the parts tests and the CLI need."""
+
+    addresses: tuple[str, ...]
+    lifecycle: Lifecycle
+    token_dir: Path | None
+    sandbox: SandboxStatus
+    state_dir: Path
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _tool_limits(config: ServerConfig) -> ToolLimits:
+    t = config.tools
+    return ToolLimits(
+        read_max_bytes=t.read_max_bytes,
+        read_max_lines=t.read_max_lines,
+        edit_max_bytes=t.edit_max_bytes,
+        write_max_bytes=t.write_max_bytes,
+        glob_max_results=t.glob_max_results,
+        grep_max_matches=t.grep_max_matches,
+        grep_max_bytes=t.grep_max_bytes,
+        grep_timeout_seconds=t.grep_timeout_seconds,
+    )
+
+
+def build_rules(config: ServerConfig) -> RuleBook:
+    created = datetime.now(UTC)
+    return RuleBook(
+        Rule(
+            rule_id=f"config-{index}",
+            effect=item.effect,
+            kind=item.kind,
+            match=item.normalized(),
+            scope="",
+            origin=CONFIG_ORIGIN,
+            create_time=created,
+        )
+        for index, item in enumerate(config.rules)
+    )
+
+
+class App:
+    """Everything one server process runs, built from one configuration."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.state_dir = config.state_path()
+        self.workspace = config.workspace_path()
+        if not self.workspace.is_dir():
+            raise ConfigError(f"config key workspace: {self.workspace} is not a directory")
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.authenticator: TokenAuthenticator
+        self.authenticator, self.token_dir = load_authenticator(config, self.state_dir)
+        self.sandbox = detect_sandbox(config.sandbox)
+        globs = config.denied_paths if config.denied_paths is not None else DEFAULT_DENIED_GLOBS
+        self.protected = ProtectedPaths(globs, roots=[str(self.state_dir)])
+        self.rules = build_rules(config)
+        self.gate = Gate(
+            AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected
+        )
+        rg = shutil.which("rg") if config.tools.ripgrep else None
+        self.tools = ToolRegistry(file_tools(rg))
+        roots = [
+            str(self.workspace),
+            *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
+        ]
+        self.lifecycle = Lifecycle(
+            LifecycleSettings(
+                default_workspace=str(self.workspace),
+                allowed_roots=tuple(os.path.realpath(r) for r in roots),
+                headless=config.approval_mode == "headless",
+                sandbox_mode=self.sandbox.mode,
+                sandbox_warning=self.sandbox.warning,
+                call_ttl_seconds=config.calls.ttl_seconds,
+                approval_timeout_seconds=config.approval.timeout_seconds,
+                max_sessions=config.limits.max_sessions,
+                max_loops_per_session=config.limits.max_loops_per_session,
+                max_open_calls_per_session=config.limits.max_open_calls_per_session,
+                max_kept_calls_per_session=config.limits.max_kept_calls_per_session,
+                max_running_per_session=config.limits.max_running_per_session,
+                max_running_total=config.limits.max_running_total,
+                max_argument_bytes=config.limits.max_argument_bytes,
+                tool_limits=_tool_limits(config),
+            ),
+            self.tools,
+            self.gate,
+            self.protected,
+        )
+
+    def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+        size = self.config.limits.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        register_service(
+            server,
+            tool_service_pb2.DESCRIPTOR.services_by_name["ToolService"],
+            tool_service_pb2,
+            ToolServicer(self.lifecycle).handlers(),
+            self.authenticator,
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (TOOL_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        return server, health_servicer
+
+    def _bind(self, server: grpc.aio.Server) -> list[str]:
+        bound: list[str] = []
+        for address in self.config.listen_addresses():
+            if address.startswith("unix://"):
+                path = Path(address.removeprefix("unix://"))
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.exists() or path.is_symlink():
+                    path.unlink()
+                server.add_insecure_port(f"unix:{path}")
+                bound.append(f"unix://{path}")
+                continue
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(
+                    f"config key listen: {address!r} is not unix:///path or host:port"
+                )
+            tls = self.config.tls
+            if tls.cert_file and tls.key_file:
+                server_credentials = grpc.ssl_server_credentials(
+                    [(Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes())],
+                    root_certificates=Path(tls.client_ca_file).read_bytes()
+                    if tls.client_ca_file
+                    else None,
+                    require_client_auth=tls.client_ca_file is not None,
+                )
+                actual = server.add_secure_port(address, server_credentials)
+            elif _is_loopback(host) or tls.insecure:
+                actual = server.add_insecure_port(address)
+            else:
+                raise ConfigError(
+                    f"config key listen: {address} is not loopback; set tls.cert_file and "
+                    "tls.key_file (or tls.insecure = true)"
+                )
+            bound.append(f"{host}:{actual}")
+        return bound
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[RunningServer]:
+        """Start serving; on exit, drain gracefully and stop."""
+        server, health_servicer = self._grpc_server()
+        addresses = self._bind(server)
+        await server.start()
+        for address in addresses:
+            if address.startswith("unix://"):
+                os.chmod(address.removeprefix("unix://"), 0o660)
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(TOOL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "callgate serving",
+            extra={"address": ",".join(addresses), "mode": self.sandbox.mode.value},
+        )
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._sweep_forever)
+                try:
+                    yield RunningServer(
+                        addresses=tuple(addresses),
+                        lifecycle=self.lifecycle,
+                        token_dir=self.token_dir,
+                        sandbox=self.sandbox,
+                        state_dir=self.state_dir,
+                    )
+                finally:
+                    tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                self.lifecycle.begin_shutdown()
+                await health_servicer.enter_graceful_shutdown()
+                await server.stop(5.0)
+                self.lifecycle.cancel_all()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await anyio.sleep(SWEEP_INTERVAL_SECONDS)
+            self.lifecycle.sweep()

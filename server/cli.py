@@ -1,0 +1,234 @@
+"""The `callgate` command: serve, and client commands (tools, call, health)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+DEFAULT_STATE_DIR = ".callgate"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from callgate.server.app import App
+    from callgate.server.config import ConfigError, load_config
+    from callgate.server.logs import configure_logging
+    from callgate.server.sandbox.probe import SandboxUnavailable
+
+    overrides: dict[str, Any] = {}
+    if args.listen:
+        overrides["listen"] = args.listen
+    for key in ("workspace", "state_dir", "approval_mode", "sandbox"):
+        value = getattr(args, key)
+        if value is not None:
+            overrides[key] = value
+    try:
+        config = load_config(args.config or os.environ.get("CALLGATE_CONFIG"), overrides)
+        configure_logging(config.log_level)
+        app = App(config)
+    except (ConfigError, SandboxUnavailable) as exc:
+        print(f"callgate: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        async with app.running() as running:
+            print(f"callgate: serving on {', '.join(running.addresses)}", file=sys.stderr)
+            print(f"callgate: workspace {app.workspace}", file=sys.stderr)
+            print(
+                f"callgate: sandbox {running.sandbox.mode.value}"
+                + (f" (WARNING: {running.sandbox.warning})" if running.sandbox.warning else ""),
+                file=sys.stderr,
+            )
+            if running.token_dir is not None:
+                print(
+                    f"callgate: tokens in {running.token_dir}/{{agent,approver,admin}}",
+                    file=sys.stderr,
+                )
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    print("callgate: shutting down", file=sys.stderr)
+                    break
+
+    anyio.run(main)
+    return 0
+
+
+def _client_settings(args: argparse.Namespace) -> tuple[str, str]:
+    state_dir = Path(args.state_dir or DEFAULT_STATE_DIR)
+    target = (
+        args.target
+        or os.environ.get("CALLGATE_TARGET")
+        or f"unix://{state_dir.resolve() / 'callgate.sock'}"
+    )
+    token = os.environ.get("CALLGATE_TOKEN", "")
+    token_file = args.token_file or (str(state_dir / "tokens" / args.role) if not token else None)
+    if token_file:
+        try:
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(
+                f"callgate: cannot read the token file {token_file} ({exc.strerror}); "
+                "start the server first or pass --token-file"
+            ) from None
+    return target, token
+
+
+def _tools(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClient, CallgateClientError
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with (
+            CallgateClient(target, token=token) as client,
+            await client.open_session(args.workspace or "") as session,
+        ):
+            for spec in await session.tools():
+                if args.json:
+                    print(json.dumps(spec.to_openai()))
+                else:
+                    print(f"{spec.name}: {(spec.description.splitlines() or [''])[0]}")
+        return 0
+
+    try:
+        return anyio.run(main)
+    except CallgateClientError as exc:
+        print(f"callgate: {exc.reason or exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _call(args: argparse.Namespace) -> int:
+    from callgate.client import CallDeniedError, CallgateClient, CallgateClientError
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with (
+            CallgateClient(target, token=token) as client,
+            await client.open_session(args.workspace or "") as session,
+        ):
+            result = await session.run(args.tool, args.arguments, wait=args.wait)
+            print(result.text)
+            if result.is_error:
+                print(f"callgate: tool error: {result.error_code}", file=sys.stderr)
+                return 1
+            return 0
+
+    try:
+        return anyio.run(main)
+    except CallDeniedError as exc:
+        print(f"callgate: denied: {exc.message}", file=sys.stderr)
+        return 3
+    except CallgateClientError as exc:
+        detail = "; ".join(f"{f}: {d}" for f, d in exc.violations)
+        print(
+            f"callgate: {exc.reason or exc.code}: {exc.message}"
+            + (f" ({detail})" if detail and detail not in exc.message else ""),
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _health(args: argparse.Namespace) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target, _ = (
+        args.target
+        or os.environ.get("CALLGATE_TARGET")
+        or f"unix://{Path(args.state_dir or DEFAULT_STATE_DIR).resolve() / 'callgate.sock'}",
+        "",
+    )
+
+    async def main() -> int:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                response = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            except grpc.aio.AioRpcError as exc:
+                print(f"callgate: unhealthy: {exc.code().name}", file=sys.stderr)
+                return 1
+            name = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+            print(name)
+            return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+    return anyio.run(main)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="callgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the server")
+    serve.add_argument("--config", help="TOML configuration file (or $CALLGATE_CONFIG)")
+    serve.add_argument(
+        "--listen", action="append", help="unix:///path.sock or host:port (repeatable)"
+    )
+    serve.add_argument("--workspace", help="the default workspace (also an allowed root)")
+    serve.add_argument("--state-dir", dest="state_dir", help="state directory (tokens, socket)")
+    serve.add_argument("--approval-mode", dest="approval_mode", choices=["interactive", "headless"])
+    serve.add_argument("--sandbox", choices=["auto", "bwrap", "none"])
+    serve.set_defaults(func=_serve)
+
+    def client_options(p: argparse.ArgumentParser, role: str = "agent") -> None:
+        p.add_argument(
+            "--target",
+            help="server address (default: the socket in the state dir, or $CALLGATE_TARGET)",
+        )
+        p.add_argument(
+            "--state-dir", dest="state_dir", help=f"state directory (default {DEFAULT_STATE_DIR})"
+        )
+        p.add_argument(
+            "--token-file",
+            dest="token_file",
+            help=f"token file (default <state-dir>/tokens/{role}; or $CALLGATE_TOKEN)",
+        )
+        p.set_defaults(role=role)
+
+    tools = sub.add_parser("tools", help="list the tools a session offers")
+    client_options(tools)
+    tools.add_argument("--workspace", help="workspace for the session (default: the server's)")
+    tools.add_argument(
+        "--json", action="store_true", help="print each tool as an OpenAI function spec"
+    )
+    tools.set_defaults(func=_tools)
+
+    call = sub.add_parser(
+        "call", help="prepare, approve and invoke one tool call, and print the result"
+    )
+    client_options(call)
+    call.add_argument("tool", help="tool name, e.g. ReadFile")
+    call.add_argument(
+        "arguments", help='the arguments as one JSON object, e.g. \'{"path": "README.md"}\''
+    )
+    call.add_argument("--workspace", help="workspace for the session (default: the server's)")
+    call.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait for a human approval (default 300)",
+    )
+    call.set_defaults(func=_call)
+
+    health = sub.add_parser("health", help="check the server's health over gRPC")
+    health.add_argument("--target")
+    health.add_argument("--state-dir", dest="state_dir")
+    health.set_defaults(func=_health)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

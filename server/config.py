@@ -1,0 +1,222 @@
+"""The server's configuration: one TOML file, CALLGATE_* environment overrides, then CLI flags,
+validated with pydantic at start. A bad value fails with one line naming the key."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from callgate.server.core.gate import AccessDefaults
+from callgate.server.core.principals import Role
+from callgate.server.core.rules import Effect, RulePatternError, normalize_pattern
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+DEFAULT_TCP_LISTEN = "127.0.0.1:50051"
+
+
+class ConfigError(Exception):
+    """A configuration problem, in one line that names the key."""
+
+
+class RuleConfig(BaseModel):
+    """One `[[rules]]` entry; `match` is normalized (canonical paths, lower-case hosts)."""
+
+    model_config = _STRICT
+
+    effect: Effect
+    kind: str
+    match: str
+
+    def normalized(self) -> str:
+        return normalize_pattern(self.kind, self.match)
+
+
+class PrincipalConfig(BaseModel):
+    """A caller. Give exactly one of `token_sha256` (hex SHA-256 of the token) or `token_env`
+    (the environment variable that holds the token)."""
+
+    model_config = _STRICT
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]
+    roles: Annotated[list[Role], Field(min_length=1)]
+    token_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-f]{64}$")] = None
+    token_env: str | None = None
+
+
+class LimitsConfig(BaseModel):
+    model_config = _STRICT
+
+    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 64
+    max_loops_per_session: Annotated[int, Field(ge=1, le=10_000)] = 64
+    max_open_calls_per_session: Annotated[int, Field(ge=1, le=100_000)] = 256
+    max_kept_calls_per_session: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    max_running_per_session: Annotated[int, Field(ge=1, le=10_000)] = 16
+    max_running_total: Annotated[int, Field(ge=1, le=100_000)] = 64
+    max_argument_bytes: Annotated[int, Field(ge=1024, le=3 << 20)] = 1 << 20
+    max_message_bytes: Annotated[int, Field(ge=64 << 10, le=64 << 20)] = 4 << 20
+
+
+class CallsConfig(BaseModel):
+    model_config = _STRICT
+
+    ttl_seconds: Annotated[float, Field(gt=0, le=86_400)] = 900.0
+
+
+class ApprovalConfig(BaseModel):
+    model_config = _STRICT
+
+    timeout_seconds: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+
+
+class ToolsConfig(BaseModel):
+    """Tool caps (DESIGN section 5 defaults)."""
+
+    model_config = _STRICT
+
+    read_max_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 1 << 20
+    read_max_lines: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
+    write_max_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 1 << 20
+    edit_max_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 1 << 20
+    glob_max_results: Annotated[int, Field(ge=1, le=100_000)] = 500
+    grep_max_matches: Annotated[int, Field(ge=1, le=100_000)] = 200
+    grep_max_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 64 << 10
+    grep_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
+    ripgrep: bool = True
+
+
+class FetchConfig(BaseModel):
+    model_config = _STRICT
+
+    allow_networks: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for item in value:
+            ipaddress.ip_network(item, strict=False)
+        return value
+
+
+class TlsConfig(BaseModel):
+    """TLS for TCP listeners. Required for non-loopback TCP unless `insecure` is true."""
+
+    model_config = _STRICT
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None
+    insecure: bool = False
+
+
+class ServerConfig(BaseModel):
+    """The whole configuration file. Every field has a default: an empty file is valid."""
+
+    model_config = _STRICT
+
+    listen: list[str] = Field(default_factory=list)
+    workspace: str = "."
+    allowed_roots: list[str] = Field(default_factory=list)
+    state_dir: str = ".callgate"
+    approval_mode: Literal["interactive", "headless"] = "interactive"
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    denied_paths: list[str] | None = None
+    access: AccessDefaults = Field(default_factory=AccessDefaults)
+    rules: list[RuleConfig] = Field(default_factory=list)
+    principals: list[PrincipalConfig] = Field(default_factory=list)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    calls: CallsConfig = Field(default_factory=CallsConfig)
+    approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+
+    def state_path(self) -> Path:
+        return Path(self.state_dir).expanduser().resolve()
+
+    def workspace_path(self) -> Path:
+        return Path(self.workspace).expanduser().resolve()
+
+    def listen_addresses(self) -> list[str]:
+        if self.listen:
+            return list(self.listen)
+        return [f"unix://{self.state_path() / 'callgate.sock'}", DEFAULT_TCP_LISTEN]
+
+
+_ENV_PREFIX = "CALLGATE_"
+_LIST_KEYS = {"listen", "allowed_roots", "denied_paths"}
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """CALLGATE_KEY=value for top-level keys, CALLGATE_SECTION__KEY=value for table keys.
+    List keys take comma-separated values. CALLGATE_CONFIG and CALLGATE_TOKEN are not keys."""
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(_ENV_PREFIX) or name in (
+            "CALLGATE_CONFIG",
+            "CALLGATE_TOKEN",
+            "CALLGATE_TARGET",
+        ):
+            continue
+        path = name[len(_ENV_PREFIX) :].lower().split("__")
+        target = out
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        key = path[-1]
+        target[key] = (
+            [v for v in value.split(",") if v] if key in _LIST_KEYS and len(path) == 1 else value
+        )
+    return out
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(
+    path: str | None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    """Load the TOML file (if any), apply environment overrides, then `overrides` (CLI flags)."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
+    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    data = _merge(data, overrides or {})
+    try:
+        config = ServerConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"config key {key}: {first['msg']}") from None
+    for index, rule in enumerate(config.rules):
+        try:
+            rule.normalized()
+        except RulePatternError as exc:
+            raise ConfigError(f"config key rules.{index}.match: {exc}") from None
+    for index, principal in enumerate(config.principals):
+        if (principal.token_sha256 is None) == (principal.token_env is None):
+            raise ConfigError(
+                f"config key principals.{index}: give exactly one of token_sha256 or token_env"
+            )
+    return config

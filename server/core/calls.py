@@ -1,0 +1,109 @@
+"""Tool-call records: the state machine's data, snapshots, and the digest.
+
+A record is mutated only by the lifecycle on the event loop, with no await between a check
+and the transition it guards; that is what makes APPROVED -> RUNNING atomic (single use).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import anyio
+
+from .models import Decision, Denial, Requirement, RuleCandidate, State, ToolResult
+from .tool import Artifact, Prepared
+
+
+def compute_digest(tool_name: str, prepared: Prepared) -> str:
+    """SHA-256 over the canonical encoding of the frozen artifact and its request."""
+    document = {
+        "tool": tool_name,
+        "summary": prepared.summary,
+        "requirements": [[r.kind, r.scope, r.match, r.description] for r in prepared.requirements],
+        "artifact": prepared.artifact.model_dump(mode="json"),
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CallSnapshot:
+    """An immutable view of a call, safe to hand to the RPC layer."""
+
+    execution_id: str
+    session_id: str
+    loop_id: str
+    tool_name: str
+    state: State
+    summary: str
+    requirements: tuple[Requirement, ...]
+    digest: str
+    decision: Decision | None
+    denial: Denial | None
+    result: ToolResult | None
+    create_time: datetime
+    update_time: datetime
+    expire_time: datetime | None
+
+
+@dataclass(eq=False, slots=True)
+class CallRecord:
+    execution_id: str
+    session_id: str
+    loop_id: str
+    tool_name: str
+    summary: str
+    requirements: tuple[Requirement, ...]
+    candidates: tuple[RuleCandidate, ...]
+    artifact: Artifact
+    digest: str
+    create_time: datetime
+    update_time: datetime
+    # Monotonic deadlines: expiry for PREPARED/APPROVED, approval timeout for AWAITING.
+    deadline: float | None
+    expire_time: datetime | None
+    state: State = State.PREPARED
+    decision: Decision | None = None
+    denial: Denial | None = None
+    result: ToolResult | None = None
+    invoke_request_id: str = ""
+    cancel_scope: anyio.CancelScope | None = None
+    cancel_requested: bool = False
+    # Set when the call reaches a terminal state (waiters for an Invoke replay).
+    finished: anyio.Event = field(default_factory=anyio.Event)
+    # Set (and replaced) on every decision, for Approve(wait) waiters.
+    decided: anyio.Event = field(default_factory=anyio.Event)
+
+    def snapshot(self) -> CallSnapshot:
+        return CallSnapshot(
+            execution_id=self.execution_id,
+            session_id=self.session_id,
+            loop_id=self.loop_id,
+            tool_name=self.tool_name,
+            state=self.state,
+            summary=self.summary,
+            requirements=self.requirements,
+            digest=self.digest,
+            decision=self.decision,
+            denial=self.denial,
+            result=self.result,
+            create_time=self.create_time,
+            update_time=self.update_time,
+            expire_time=self.expire_time if self.state in _EXPIRING else None,
+        )
+
+    def move(self, state: State, now: datetime) -> None:
+        self.state = state
+        self.update_time = now
+        if state.is_terminal:
+            self.deadline = None
+            self.cancel_scope = None
+            self.finished.set()
+        if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
+            self.decided.set()
+
+
+_EXPIRING = frozenset({State.PREPARED, State.APPROVED})

@@ -1,0 +1,188 @@
+"""The gate: Deny, Gated or Allow for a call's requirements; deny always wins, fail closed.
+
+Evaluation order (DESIGN section 4.3): validate the request; route every requirement to its
+access value (protected paths first); any Deny ends it; then every deny rule before any allow
+rule; gated requirements covered by allow rules are met; whatever is left needs a human.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
+from .paths import ProtectedPaths, is_within
+from .rules import Effect, RuleBook, is_network_target
+
+log = logging.getLogger(__name__)
+
+
+class AccessDefaults(BaseModel):
+    """The `[access]` table: what each requirement kind gets before rules."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workspace_read: Access = Access.ALLOW
+    workspace_write: Access = Access.GATED
+    outside_read: Access = Access.DENY
+    outside_write: Access = Access.DENY
+    command: Access = Access.GATED
+    network: Access = Access.GATED
+    context_load: Access = Access.GATED
+    process_input: Access = Access.ALLOW
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's answer. `access` is ALLOW (approved by policy), GATED (a human must decide
+    `unmet`) or DENY (see `denial`)."""
+
+    access: Access
+    reason: str
+    denial: Denial | None = None
+    rule_ids: tuple[str, ...] = ()
+    unmet: tuple[Requirement, ...] = ()
+
+
+_MAX_MATCH = 8192
+
+
+class Gate:
+    """Evaluates requirements against access defaults, protected paths and rules."""
+
+    def __init__(self, access: AccessDefaults, rules: RuleBook, protected: ProtectedPaths) -> None:
+        self.access = access
+        self.rules = rules
+        self.protected = protected
+
+    def evaluate(
+        self, requirements: Sequence[Requirement], session_id: str, workspace_root: str
+    ) -> Verdict:
+        try:
+            return self._evaluate(requirements, session_id, workspace_root)
+        except Exception:
+            log.exception("gate evaluation failed; denying")
+            return _deny(
+                DenialKind.REFUSED, "The gate could not evaluate the call, so it is denied."
+            )
+
+    def _evaluate(
+        self, requirements: Sequence[Requirement], session_id: str, workspace_root: str
+    ) -> Verdict:
+        # 1. Validate.
+        for requirement in requirements:
+            problem = _invalid(requirement)
+            if problem:
+                return _deny(DenialKind.OUT_OF_SCOPE, problem)
+        # 2. Route to access values; any Deny stops here.
+        routed: list[tuple[Requirement, Access]] = []
+        for requirement in requirements:
+            if self._is_protected(requirement):
+                return _deny(
+                    DenialKind.REFUSED,
+                    f"{requirement.description} touches a protected path (secrets or server "
+                    "state), which no tool may use.",
+                )
+            access = self._route(requirement, workspace_root)
+            if access is Access.DENY:
+                return _deny(
+                    DenialKind.OUT_OF_SCOPE,
+                    f"{requirement.description} is outside what this server allows "
+                    f"({requirement.kind} access is deny here).",
+                )
+            routed.append((requirement, access))
+        # 3. Deny rules, before any allow rule.
+        for requirement, _ in routed:
+            denying = self.rules.matching(Effect.DENY, requirement, session_id, workspace_root)
+            if denying:
+                return Verdict(
+                    access=Access.DENY,
+                    reason="a deny rule matched",
+                    denial=Denial(
+                        DenialKind.REFUSED,
+                        f"{requirement.description} is refused by rule {denying[0].rule_id}.",
+                    ),
+                    rule_ids=tuple(sorted(r.rule_id for r in denying)),
+                )
+        # 4. Allow rules meet gated requirements.
+        used: set[str] = set()
+        unmet: list[Requirement] = []
+        for requirement, access in routed:
+            if access is Access.ALLOW:
+                continue
+            allowing = self.rules.matching(Effect.ALLOW, requirement, session_id, workspace_root)
+            if allowing:
+                used.update(r.rule_id for r in allowing)
+            else:
+                unmet.append(requirement)
+        if not unmet:
+            reason = (
+                "every requirement is allowed by the access defaults"
+                if not used
+                else "gated requirements are covered by allow rules"
+            )
+            return Verdict(access=Access.ALLOW, reason=reason, rule_ids=tuple(sorted(used)))
+        return Verdict(
+            access=Access.GATED,
+            reason="a human approver must decide",
+            rule_ids=tuple(sorted(used)),
+            unmet=tuple(unmet),
+        )
+
+    def _is_protected(self, requirement: Requirement) -> bool:
+        if requirement.kind not in (
+            RequirementKind.FILESYSTEM_READ,
+            RequirementKind.FILESYSTEM_WRITE,
+        ):
+            return False
+        return self.protected.is_protected(requirement.match.removeprefix(TREE_PREFIX))
+
+    def _route(self, requirement: Requirement, workspace_root: str) -> Access:
+        kind = requirement.kind
+        if kind in (RequirementKind.FILESYSTEM_READ, RequirementKind.FILESYSTEM_WRITE):
+            path = requirement.match.removeprefix(TREE_PREFIX)
+            inside = is_within(path, workspace_root) and is_within(
+                requirement.scope.removeprefix(TREE_PREFIX), workspace_root
+            )
+            if kind == RequirementKind.FILESYSTEM_READ:
+                return self.access.workspace_read if inside else self.access.outside_read
+            return self.access.workspace_write if inside else self.access.outside_write
+        if kind == RequirementKind.COMMAND_EXECUTE:
+            return self.access.command
+        if kind == RequirementKind.NETWORK:
+            return self.access.network
+        if kind == RequirementKind.CONTEXT_LOAD:
+            return self.access.context_load
+        if kind == RequirementKind.PROCESS_INPUT:
+            return self.access.process_input
+        return Access.DENY
+
+
+def _deny(kind: DenialKind, description: str) -> Verdict:
+    return Verdict(access=Access.DENY, reason=description, denial=Denial(kind, description))
+
+
+def _invalid(requirement: Requirement) -> str:
+    """Why a requirement is malformed, or "" when it is well formed."""
+    try:
+        kind = RequirementKind(requirement.kind)
+    except ValueError:
+        return f"The requirement kind {requirement.kind[:64]!r} is unknown, so the call is denied."
+    if not requirement.match or len(requirement.match) > _MAX_MATCH:
+        return "A requirement has an empty or oversized match value, so the call is denied."
+    if "\x00" in requirement.match or "\x00" in requirement.scope:
+        return "A requirement holds a NUL byte, so the call is denied."
+    if kind in (RequirementKind.FILESYSTEM_READ, RequirementKind.FILESYSTEM_WRITE):
+        path = requirement.match.removeprefix(TREE_PREFIX)
+        scope = requirement.scope.removeprefix(TREE_PREFIX)
+        if not path.startswith("/") or not scope.startswith("/"):
+            return "A filesystem requirement is not an absolute canonical path, so it is denied."
+        if "/../" in path + "/" or "/./" in path + "/" or "//" in path:
+            return "A filesystem requirement is not a canonical path, so it is denied."
+    if kind is RequirementKind.NETWORK and not is_network_target(requirement.match):
+        # A target in another spelling (capitals, a wildcard port) would slip past deny rules.
+        return "A network requirement is not a normalized tcp://host:port, so it is denied."
+    return ""

@@ -1,0 +1,628 @@
+"""The tool-call lifecycle: sessions, loops, and Prepare -> Approve -> Invoke (DESIGN section 2).
+
+This is the one place that changes a call's state. The RPC layer converts requests, calls one
+method here and converts the answer back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+import anyio
+
+from .arguments import decode_arguments
+from .calls import CallRecord, CallSnapshot, compute_digest
+from .errors import (
+    AlreadyExists,
+    CallgateError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    request_invalid,
+)
+from .gate import Gate
+from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
+from .paths import ProtectedPaths, Workspace, is_within
+from .principals import Principal, Role
+from .tool import LoopState, OutputSink, ToolContext, ToolLimits, ToolPlugin
+
+log = logging.getLogger(__name__)
+
+APPROVE_WAIT_CAP_SECONDS = 60.0
+_MAX_LABELS = 16
+_MAX_LABEL_BYTES = 256
+_MAX_ID_LENGTH = 128
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class ToolCatalog(Protocol):
+    def get(self, name: str) -> ToolPlugin: ...
+    def infos(self) -> list[ToolInfo]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleSettings:
+    default_workspace: str
+    allowed_roots: tuple[str, ...]
+    headless: bool = False
+    sandbox_mode: SandboxMode = SandboxMode.NONE
+    sandbox_warning: str = ""
+    call_ttl_seconds: float = 900.0
+    approval_timeout_seconds: float = 600.0
+    max_sessions: int = 64
+    max_loops_per_session: int = 64
+    max_open_calls_per_session: int = 256
+    max_kept_calls_per_session: int = 1000
+    max_running_per_session: int = 16
+    max_running_total: int = 64
+    max_argument_bytes: int = 1 << 20
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    session_id: str
+    workspace: str
+    default_loop_id: str
+    sandbox_mode: SandboxMode
+    sandbox_warning: str
+    create_time: datetime
+    labels: Mapping[str, str]
+
+
+@dataclass(eq=False, slots=True)
+class Session:
+    session_id: str
+    owner: str
+    workspace: Workspace
+    default_loop_id: str
+    labels: dict[str, str]
+    create_time: datetime
+    loops: dict[str, LoopState] = field(default_factory=dict)
+    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
+    prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
+    invoke_requests: dict[str, str] = field(default_factory=dict)
+    running: int = 0
+    closed: bool = False
+
+
+def _new_id(prefix: str) -> str:
+    # 144 random bits, URL-safe, opaque.
+    return prefix + secrets.token_urlsafe(18)
+
+
+class Lifecycle:
+    """Sessions and the call state machine, with the gate in front of every effect."""
+
+    def __init__(
+        self,
+        settings: LifecycleSettings,
+        tools: ToolCatalog,
+        gate: Gate,
+        protected: ProtectedPaths,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tools = tools
+        self.gate = gate
+        self.protected = protected
+        self.clock: Clock = clock or SystemClock()
+        self._sessions: dict[str, Session] = {}
+        self._running_total = 0
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ sessions
+
+    def open_session(
+        self, principal: Principal, workspace: str, labels: Mapping[str, str]
+    ) -> SessionSnapshot:
+        principal.require(Role.AGENT)
+        self._check_accepting()
+        root = self._resolve_workspace(workspace)
+        if len(labels) > _MAX_LABELS:
+            raise request_invalid("labels", f"at most {_MAX_LABELS} labels are allowed")
+        for key, value in labels.items():
+            if (
+                not key
+                or len(key.encode()) > _MAX_LABEL_BYTES
+                or len(value.encode()) > _MAX_LABEL_BYTES
+            ):
+                raise request_invalid(
+                    "labels",
+                    f"keys must be 1-{_MAX_LABEL_BYTES} bytes, values at most {_MAX_LABEL_BYTES}",
+                )
+        if len(self._sessions) >= self.settings.max_sessions:
+            raise ResourceExhausted(
+                "SESSION_LIMIT",
+                f"The server has {self.settings.max_sessions} open sessions; close one first.",
+            )
+        now = self.clock.now()
+        loop_id = _new_id("loop_")
+        session = Session(
+            session_id=_new_id("ses_"),
+            owner=principal.name,
+            workspace=Workspace(root, self.protected),
+            default_loop_id=loop_id,
+            labels=dict(labels),
+            create_time=now,
+        )
+        session.loops[loop_id] = LoopState(loop_id)
+        self._sessions[session.session_id] = session
+        log.info("session opened", extra={"session_id": session.session_id})
+        return self._session_snapshot(session)
+
+    def close_session(self, principal: Principal, session_id: str) -> None:
+        session = self._session(principal, session_id)
+        session.closed = True
+        del self._sessions[session_id]
+        now = self.clock.now()
+        for record in session.calls.values():
+            if record.state is State.RUNNING and record.cancel_scope is not None:
+                record.cancel_requested = True
+                record.cancel_scope.cancel()
+            elif not record.state.is_terminal and record.state is not State.RUNNING:
+                record.move(State.CANCELLED, now)
+        log.info("session closed", extra={"session_id": session_id})
+
+    def get_session(self, principal: Principal, session_id: str) -> SessionSnapshot:
+        return self._session_snapshot(self._session(principal, session_id))
+
+    def open_loop(self, principal: Principal, session_id: str) -> str:
+        session = self._session(principal, session_id)
+        if len(session.loops) >= self.settings.max_loops_per_session:
+            raise ResourceExhausted(
+                "LOOP_LIMIT",
+                f"The session already has {self.settings.max_loops_per_session} loops.",
+            )
+        loop_id = _new_id("loop_")
+        session.loops[loop_id] = LoopState(loop_id)
+        return loop_id
+
+    def list_tools(self, principal: Principal, session_id: str) -> list[ToolInfo]:
+        self._session(principal, session_id)
+        return self.tools.infos()
+
+    # ------------------------------------------------------------------ calls
+
+    def prepare(
+        self,
+        principal: Principal,
+        session_id: str,
+        loop_id: str,
+        tool_name: str,
+        arguments_json: str,
+        request_id: str,
+        evaluate: bool,
+    ) -> CallSnapshot:
+        self._check_accepting()
+        session = self._session(principal, session_id)
+        loop = self._loop(session, loop_id)
+        _check_request_id(request_id)
+        fingerprint = ""
+        if request_id:
+            fingerprint = _fingerprint(loop.loop_id, tool_name, arguments_json, evaluate)
+            seen = session.prepare_requests.get(request_id)
+            if seen is not None:
+                if seen[0] != fingerprint:
+                    raise _request_id_conflict()
+                record = session.calls.get(seen[1])
+                if record is not None:
+                    self._refresh(record)
+                    return record.snapshot()
+        tool = self.tools.get(tool_name)
+        open_calls = sum(1 for r in session.calls.values() if not r.state.is_terminal)
+        if open_calls >= self.settings.max_open_calls_per_session:
+            raise ResourceExhausted(
+                "CALL_LIMIT",
+                f"The session has {open_calls} open calls; invoke or cancel some first.",
+            )
+        raw = decode_arguments(arguments_json, max_bytes=self.settings.max_argument_bytes)
+        ctx = self._context(session, loop, None)
+        prepared = tool.prepare(raw, ctx)
+        now = self.clock.now()
+        record = CallRecord(
+            execution_id=_new_id("call_"),
+            session_id=session.session_id,
+            loop_id=loop.loop_id,
+            tool_name=tool.name,
+            summary=prepared.summary,
+            requirements=prepared.requirements,
+            candidates=prepared.candidates,
+            artifact=prepared.artifact,
+            digest=compute_digest(tool.name, prepared),
+            create_time=now,
+            update_time=now,
+            deadline=self.clock.monotonic() + self.settings.call_ttl_seconds,
+            expire_time=now + timedelta(seconds=self.settings.call_ttl_seconds),
+        )
+        self._store(session, record)
+        if request_id:
+            session.prepare_requests[request_id] = (fingerprint, record.execution_id)
+        if evaluate:
+            self._decide_by_policy(session, record)
+        return record.snapshot()
+
+    async def approve(
+        self, principal: Principal, session_id: str, execution_id: str, wait_seconds: float
+    ) -> CallSnapshot:
+        session = self._session(principal, session_id)
+        record = self._call(session, execution_id)
+        if not math.isfinite(wait_seconds) or wait_seconds < 0:
+            raise request_invalid("wait", "the wait must be a non-negative duration")
+        wait_seconds = min(wait_seconds, APPROVE_WAIT_CAP_SECONDS)
+        if record.state is State.PREPARED:
+            self._decide_by_policy(session, record)
+        if record.state is State.AWAITING_APPROVAL and wait_seconds > 0:
+            deadline = self.clock.monotonic() + wait_seconds
+            if record.deadline is not None:
+                deadline = min(deadline, record.deadline)
+            with anyio.move_on_after(max(0.0, deadline - self.clock.monotonic())):
+                await record.decided.wait()
+            self._refresh(record)
+        if record.state is State.EXPIRED:
+            raise _call_error(record)
+        if record.state in (State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED):
+            raise FailedPrecondition(
+                "CALL_STATE_INVALID",
+                f"The call is {record.state.value}; only a prepared or gated call can be approved.",
+                metadata={"state": record.state.value},
+            )
+        return record.snapshot()
+
+    async def invoke(
+        self,
+        principal: Principal,
+        session_id: str,
+        execution_id: str,
+        request_id: str,
+        output: OutputSink | None = None,
+    ) -> CallSnapshot:
+        session = self._session(principal, session_id)
+        _check_request_id(request_id)
+        if request_id:
+            seen = session.invoke_requests.get(request_id)
+            if seen is not None and seen != execution_id:
+                raise _request_id_conflict()
+        record = self._call(session, execution_id)
+        if request_id and record.invoke_request_id == request_id:
+            # A retry of an Invoke that already started: never run again; return its outcome.
+            await record.finished.wait()
+            return record.snapshot()
+        if record.state is not State.APPROVED:
+            raise _call_error(record)
+        self._check_accepting()
+        if session.running >= self.settings.max_running_per_session:
+            raise ResourceExhausted(
+                "CONCURRENCY_LIMIT",
+                f"The session already runs {session.running} calls; wait for one to finish.",
+            )
+        if self._running_total >= self.settings.max_running_total:
+            raise ResourceExhausted(
+                "CONCURRENCY_LIMIT",
+                "The server is running its maximum number of calls; retry shortly.",
+            )
+        # APPROVED -> RUNNING with no await in between: single use.
+        record.move(State.RUNNING, self.clock.now())
+        record.invoke_request_id = request_id
+        if request_id:
+            session.invoke_requests[request_id] = execution_id
+        session.running += 1
+        self._running_total += 1
+        try:
+            await self._run(session, record, output)
+        finally:
+            session.running -= 1
+            self._running_total -= 1
+        return record.snapshot()
+
+    async def _run(self, session: Session, record: CallRecord, output: OutputSink | None) -> None:
+        tool = self.tools.get(record.tool_name)
+        ctx = self._context(session, session.loops[record.loop_id], output)
+        result: ToolResult | None = None
+        with anyio.CancelScope() as scope:
+            record.cancel_scope = scope
+            try:
+                result = await tool.invoke(record.artifact, ctx)
+            except CallgateError as error:
+                # The RPC reports the error, but the call must still end: left RUNNING it would
+                # count as open forever and an Invoke retry would wait for it indefinitely.
+                record.result = ToolResult.error(error.reason.lower(), error.message)
+                record.move(State.FAILED, self.clock.now())
+                raise
+            except Exception:
+                log.exception(
+                    "tool failed unexpectedly",
+                    extra={"execution_id": record.execution_id, "session_id": session.session_id},
+                )
+                result = ToolResult.error(
+                    "internal_error",
+                    "The tool failed unexpectedly; the server log has the details.",
+                )
+            except BaseException:
+                # The client went away (RPC cancelled) or the server is stopping.
+                self._finish_cancelled(record)
+                raise
+        if result is None or scope.cancelled_caught:
+            self._finish_cancelled(record)
+            return
+        record.result = result
+        record.move(State.FAILED if result.is_error else State.SUCCEEDED, self.clock.now())
+
+    def _finish_cancelled(self, record: CallRecord) -> None:
+        if record.state is State.RUNNING:
+            if record.result is None:
+                record.result = ToolResult.error(
+                    "cancelled", "The call was cancelled before it finished."
+                )
+            record.move(State.CANCELLED, self.clock.now())
+
+    def get_call(self, principal: Principal, session_id: str, execution_id: str) -> CallSnapshot:
+        session = self._session(principal, session_id)
+        return self._call(session, execution_id).snapshot()
+
+    def list_calls(self, principal: Principal, session_id: str) -> list[CallSnapshot]:
+        session = self._session(principal, session_id)
+        records = list(session.calls.values())
+        for record in records:
+            self._refresh(record)
+        return [r.snapshot() for r in reversed(records)]
+
+    def cancel_call(self, principal: Principal, session_id: str, execution_id: str) -> CallSnapshot:
+        session = self._session(principal, session_id)
+        record = self._call(session, execution_id)
+        if record.state is State.CANCELLED:
+            return record.snapshot()
+        if record.state.is_terminal:
+            raise FailedPrecondition(
+                "CALL_STATE_INVALID",
+                f"The call already ended ({record.state.value}); there is nothing to cancel.",
+                metadata={"state": record.state.value},
+            )
+        if record.state is State.RUNNING:
+            record.cancel_requested = True
+            if record.cancel_scope is not None:
+                record.cancel_scope.cancel()
+            return record.snapshot()
+        record.move(State.CANCELLED, self.clock.now())
+        return record.snapshot()
+
+    # ------------------------------------------------------------------ maintenance
+
+    def sweep(self) -> None:
+        """Expire overdue calls and time out unanswered approvals (also done lazily on access)."""
+        for session in list(self._sessions.values()):
+            for record in list(session.calls.values()):
+                self._refresh(record)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new sessions, calls and invocations; running ones go on."""
+        self._shutting_down = True
+
+    def cancel_all(self) -> None:
+        """Cancel every running invocation (end of the shutdown grace period)."""
+        for session in self._sessions.values():
+            for record in session.calls.values():
+                if record.state is State.RUNNING and record.cancel_scope is not None:
+                    record.cancel_requested = True
+                    record.cancel_scope.cancel()
+
+    @property
+    def running_total(self) -> int:
+        return self._running_total
+
+    # ------------------------------------------------------------------ internals
+
+    def _decide_by_policy(self, session: Session, record: CallRecord) -> None:
+        verdict = self.gate.evaluate(
+            record.requirements, session.session_id, session.workspace.root
+        )
+        now = self.clock.now()
+        if verdict.access is Access.ALLOW:
+            record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
+            record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
+            record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
+            record.move(State.APPROVED, now)
+        elif verdict.access is Access.DENY:
+            assert verdict.denial is not None
+            record.denial = verdict.denial
+            record.move(State.DENIED, now)
+        elif self.settings.headless:
+            record.denial = Denial(
+                DenialKind.APPROVAL_REQUIRED,
+                "The call needs a human approval and this server runs headless: "
+                + "; ".join(r.description for r in verdict.unmet)
+                + ".",
+            )
+            record.move(State.DENIED, now)
+        else:
+            record.deadline = self.clock.monotonic() + self.settings.approval_timeout_seconds
+            record.move(State.AWAITING_APPROVAL, now)
+
+    def _refresh(self, record: CallRecord) -> None:
+        """Apply expiry and approval timeouts that are due."""
+        if record.deadline is None or self.clock.monotonic() < record.deadline:
+            return
+        now = self.clock.now()
+        if record.state in (State.PREPARED, State.APPROVED):
+            record.move(State.EXPIRED, now)
+        elif record.state is State.AWAITING_APPROVAL:
+            record.denial = Denial(
+                DenialKind.APPROVAL_TIMEOUT, "No approver decided within the approval timeout."
+            )
+            record.move(State.DENIED, now)
+
+    def _store(self, session: Session, record: CallRecord) -> None:
+        session.calls[record.execution_id] = record
+        excess = len(session.calls) - self.settings.max_kept_calls_per_session
+        if excess <= 0:
+            return
+        for execution_id, old in list(session.calls.items()):
+            if excess <= 0:
+                break
+            if old.state.is_terminal:
+                del session.calls[execution_id]
+                excess -= 1
+        stale = {eid for eid in session.invoke_requests.values() if eid not in session.calls}
+        if stale:
+            session.invoke_requests = {
+                k: v for k, v in session.invoke_requests.items() if v not in stale
+            }
+        session.prepare_requests = {
+            k: v for k, v in session.prepare_requests.items() if v[1] in session.calls
+        }
+
+    def _context(self, session: Session, loop: LoopState, output: OutputSink | None) -> ToolContext:
+        return ToolContext(
+            session_id=session.session_id,
+            loop=loop,
+            workspace=session.workspace,
+            limits=self.settings.tool_limits,
+            output=output,
+        )
+
+    def _session(self, principal: Principal, session_id: str) -> Session:
+        principal.require(Role.AGENT)
+        if not session_id:
+            raise request_invalid("session_id", "the session_id is required")
+        session = self._sessions.get(session_id) if len(session_id) <= _MAX_ID_LENGTH else None
+        # Another principal's session is indistinguishable from one that does not exist.
+        if session is None or session.owner != principal.name:
+            raise NotFound(
+                "SESSION_NOT_FOUND",
+                "No open session has that ID for this caller; open one with OpenSession.",
+            )
+        return session
+
+    def _loop(self, session: Session, loop_id: str) -> LoopState:
+        loop = session.loops.get(loop_id or session.default_loop_id)
+        if loop is None:
+            raise NotFound("LOOP_NOT_FOUND", "The session has no loop with that ID.")
+        return loop
+
+    def _call(self, session: Session, execution_id: str) -> CallRecord:
+        if not execution_id:
+            raise request_invalid("execution_id", "the execution_id is required")
+        record = session.calls.get(execution_id)
+        if record is None:
+            raise NotFound("CALL_NOT_FOUND", "The session has no call with that execution ID.")
+        self._refresh(record)
+        return record
+
+    def _resolve_workspace(self, workspace: str) -> str:
+        raw = workspace or self.settings.default_workspace
+        if "\x00" in raw or not os.path.isabs(raw):
+            raise InvalidArgument(
+                "WORKSPACE_INVALID", "The workspace must be an absolute path to a directory."
+            )
+        root = os.path.realpath(raw)
+        if not os.path.isdir(root):
+            raise InvalidArgument(
+                "WORKSPACE_INVALID", "The workspace is not an existing directory."
+            )
+        if not any(is_within(root, allowed) for allowed in self.settings.allowed_roots):
+            raise InvalidArgument(
+                "WORKSPACE_INVALID",
+                "The workspace is outside the server's allowed roots; use one inside them.",
+            )
+        if self.protected.is_protected(root):
+            raise InvalidArgument(
+                "WORKSPACE_INVALID",
+                "The workspace is a protected directory (secrets or server state).",
+            )
+        return root
+
+    def _check_accepting(self) -> None:
+        if self._shutting_down:
+            raise Unavailable(
+                "SHUTTING_DOWN", "The server is shutting down; retry on another instance."
+            )
+
+    def _session_snapshot(self, session: Session) -> SessionSnapshot:
+        return SessionSnapshot(
+            session_id=session.session_id,
+            workspace=session.workspace.root,
+            default_loop_id=session.default_loop_id,
+            sandbox_mode=self.settings.sandbox_mode,
+            sandbox_warning=self.settings.sandbox_warning,
+            create_time=session.create_time,
+            labels=dict(session.labels),
+        )
+
+
+def _check_request_id(request_id: str) -> None:
+    if not request_id:
+        return
+    try:
+        uuid.UUID(request_id)
+    except ValueError:
+        raise request_invalid("request_id", "the request_id must be a UUID") from None
+
+
+def _fingerprint(loop_id: str, tool_name: str, arguments_json: str, evaluate: bool) -> str:
+    h = hashlib.sha256()
+    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0"):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _request_id_conflict() -> AlreadyExists:
+    return AlreadyExists(
+        "REQUEST_ID_CONFLICT",
+        "That request_id was already used with a different request; use a new UUID.",
+    )
+
+
+def _call_error(record: CallRecord) -> FailedPrecondition:
+    state = record.state
+    metadata = {"state": state.value}
+    if state in (State.PREPARED, State.AWAITING_APPROVAL):
+        return FailedPrecondition(
+            "CALL_NOT_APPROVED",
+            "The call is not approved yet; call Approve first.",
+            metadata=metadata,
+        )
+    if state is State.DENIED:
+        return FailedPrecondition(
+            "CALL_DENIED", "The call was denied and cannot be invoked.", metadata=metadata
+        )
+    if state is State.EXPIRED:
+        return FailedPrecondition(
+            "CALL_EXPIRED",
+            "The call expired before it was invoked; prepare it again.",
+            metadata=metadata,
+        )
+    if state in (State.RUNNING, State.SUCCEEDED, State.FAILED):
+        return FailedPrecondition(
+            "CALL_ALREADY_INVOKED",
+            "The call was already invoked; a call runs at most once.",
+            metadata=metadata,
+        )
+    return FailedPrecondition(
+        "CALL_STATE_INVALID", f"The call is {state.value} and cannot be invoked.", metadata=metadata
+    )

@@ -1,0 +1,1 @@
+"""The gRPC adapter: servicers, proto <-> model conversion, status mapping and authentication."""

@@ -1,0 +1,108 @@
+"""callgate.v1.ToolService: each handler converts, calls one Lifecycle method, converts back."""
+
+from __future__ import annotations
+
+from callgate.server.core.lifecycle import Lifecycle
+from callgate.v1 import tool_service_pb2 as pb
+
+from .convert import call_to_proto, session_to_proto, tool_info_to_proto
+from .handlers import Call, StreamHandler, UnaryHandler
+
+
+class ToolServicer:
+    """Handlers for every ToolService method."""
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
+        return {
+            "OpenSession": self.open_session,
+            "CloseSession": self.close_session,
+            "GetSession": self.get_session,
+            "OpenLoop": self.open_loop,
+            "ListTools": self.list_tools,
+            "Prepare": self.prepare,
+            "Approve": self.approve,
+            "Invoke": self.invoke,
+            "InvokeStream": self.invoke_stream,
+            "GetCall": self.get_call,
+            "ListCalls": self.list_calls,
+            "CancelCall": self.cancel_call,
+        }
+
+    async def open_session(
+        self, request: pb.OpenSessionRequest, call: Call
+    ) -> pb.OpenSessionResponse:
+        session = self.lifecycle.open_session(call.principal, request.workspace, request.labels)
+        return pb.OpenSessionResponse(session=session_to_proto(session))
+
+    async def close_session(
+        self, request: pb.CloseSessionRequest, call: Call
+    ) -> pb.CloseSessionResponse:
+        self.lifecycle.close_session(call.principal, request.session_id)
+        return pb.CloseSessionResponse()
+
+    async def get_session(self, request: pb.GetSessionRequest, call: Call) -> pb.GetSessionResponse:
+        session = self.lifecycle.get_session(call.principal, request.session_id)
+        return pb.GetSessionResponse(session=session_to_proto(session))
+
+    async def open_loop(self, request: pb.OpenLoopRequest, call: Call) -> pb.OpenLoopResponse:
+        return pb.OpenLoopResponse(
+            loop_id=self.lifecycle.open_loop(call.principal, request.session_id)
+        )
+
+    async def list_tools(self, request: pb.ListToolsRequest, call: Call) -> pb.ListToolsResponse:
+        infos = self.lifecycle.list_tools(call.principal, request.session_id)
+        return pb.ListToolsResponse(tools=[tool_info_to_proto(i) for i in infos])
+
+    async def prepare(self, request: pb.PrepareRequest, call: Call) -> pb.PrepareResponse:
+        snapshot = self.lifecycle.prepare(
+            call.principal,
+            request.session_id,
+            request.loop_id,
+            request.tool_name,
+            request.arguments_json,
+            request.request_id,
+            request.evaluate,
+        )
+        return pb.PrepareResponse(call=call_to_proto(snapshot))
+
+    async def approve(self, request: pb.ApproveRequest, call: Call) -> pb.ApproveResponse:
+        wait = request.wait.seconds + request.wait.nanos / 1e9 if request.HasField("wait") else 0.0
+        snapshot = await self.lifecycle.approve(
+            call.principal, request.session_id, request.execution_id, wait
+        )
+        return pb.ApproveResponse(call=call_to_proto(snapshot))
+
+    async def invoke(self, request: pb.InvokeRequest, call: Call) -> pb.InvokeResponse:
+        snapshot = await self.lifecycle.invoke(
+            call.principal, request.session_id, request.execution_id, request.request_id
+        )
+        message = call_to_proto(snapshot)
+        return pb.InvokeResponse(call=message, result=message.result)
+
+    async def invoke_stream(self, request: pb.InvokeStreamRequest, call: Call) -> None:
+        context = call.context
+
+        async def emit(data: bytes) -> None:
+            await context.write(pb.InvokeStreamResponse(output=pb.OutputChunk(data=data)))
+
+        snapshot = await self.lifecycle.invoke(
+            call.principal, request.session_id, request.execution_id, request.request_id, emit
+        )
+        await context.write(pb.InvokeStreamResponse(finished=call_to_proto(snapshot)))
+
+    async def get_call(self, request: pb.GetCallRequest, call: Call) -> pb.GetCallResponse:
+        snapshot = self.lifecycle.get_call(call.principal, request.session_id, request.execution_id)
+        return pb.GetCallResponse(call=call_to_proto(snapshot))
+
+    async def list_calls(self, request: pb.ListCallsRequest, call: Call) -> pb.ListCallsResponse:
+        snapshots = self.lifecycle.list_calls(call.principal, request.session_id)
+        return pb.ListCallsResponse(calls=[call_to_proto(s) for s in snapshots])
+
+    async def cancel_call(self, request: pb.CancelCallRequest, call: Call) -> pb.CancelCallResponse:
+        snapshot = self.lifecycle.cancel_call(
+            call.principal, request.session_id, request.execution_id
+        )
+        return pb.CancelCallResponse(call=call_to_proto(snapshot))

@@ -1,0 +1,121 @@
+"""The `callgate` command as a user runs it: serve in one process, tools and call from another."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CALLGATE = str(Path(sys.executable).with_name("callgate"))
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    return subprocess.run(
+        [CALLGATE, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture
+def server_dir(tmp_path: Path) -> Iterator[Path]:
+    """`callgate serve` on its embedded defaults (except TCP), in a fresh directory."""
+    work = Path(tempfile.mkdtemp(prefix="cgcli", dir="/tmp"))  # short: the socket path lives here
+    (work / "hello.txt").write_text("hello from the workspace\n")
+    (work / ".env").write_text("SECRET=1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    process = subprocess.Popen(
+        [
+            CALLGATE,
+            "serve",
+            "--listen",
+            f"unix://{work}/.callgate/callgate.sock",
+            "--sandbox",
+            "none",
+        ],
+        cwd=work,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + 20
+        for line in process.stderr:
+            if "serving on" in line:
+                break
+            assert time.monotonic() < deadline, "server did not start"
+        else:
+            pytest.fail("callgate serve exited before serving")
+        yield work
+    finally:
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_call_reads_a_file_with_the_generated_agent_token(server_dir: Path) -> None:
+    """`callgate call` finds the socket and token under ./.callgate and prints the lines."""
+    done = _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir)
+    assert done.returncode == 0, done.stderr
+    assert "     1\thello from the workspace" in done.stdout
+    assert (server_dir / ".callgate/tokens/agent").stat().st_mode & 0o777 == 0o600
+
+
+def test_call_reports_denials_and_bad_arguments(server_dir: Path) -> None:
+    """A protected path is denied (exit 3); malformed JSON is ARGUMENTS_INVALID (exit 2)."""
+    denied = _cli("call", "ReadFile", '{"path": ".env"}', cwd=server_dir)
+    assert denied.returncode == 3
+    assert "SECRET" not in denied.stdout + denied.stderr
+    bad = _cli("call", "ReadFile", '{"path": ', cwd=server_dir)
+    assert bad.returncode == 2
+    assert "ARGUMENTS_INVALID" in bad.stderr
+
+
+def test_tools_lists_the_file_tools(server_dir: Path) -> None:
+    """`callgate tools` lists every registered tool."""
+    done = _cli("tools", cwd=server_dir)
+    assert done.returncode == 0, done.stderr
+    names = {line.split(":")[0] for line in done.stdout.splitlines()}
+    assert {"ReadFile", "WriteFile", "EditFile", "Glob", "Grep"} <= names
+
+
+def test_health_reports_serving(server_dir: Path) -> None:
+    """`callgate health` checks grpc.health.v1 over the socket."""
+    done = _cli("health", cwd=server_dir)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "SERVING"
+
+
+def test_bad_config_fails_with_one_line_naming_the_key(tmp_path: Path) -> None:
+    """A wrong value in the TOML file stops `serve` at once with one line naming the key."""
+    config = tmp_path / "callgate.toml"
+    config.write_text('approval_mode = "sometimes"\n[access]\nworkspace_read = "maybe"\n')
+    done = _cli("serve", "--config", str(config), cwd=tmp_path, timeout=30)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "approval_mode" in lines[0] or "access.workspace_read" in lines[0]
+
+
+def test_bad_rule_pattern_fails_naming_the_rule(tmp_path: Path) -> None:
+    """A rule whose match does not fit its kind names rules.<n>.match."""
+    config = tmp_path / "callgate.toml"
+    config.write_text(
+        '[[rules]]\neffect = "allow"\nkind = "filesystem.write"\nmatch = "relative/path"\n'
+    )
+    done = _cli("serve", "--config", str(config), cwd=tmp_path, timeout=30)
+    assert done.returncode == 2
+    assert "rules.0.match" in done.stderr

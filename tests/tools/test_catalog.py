@@ -1,0 +1,30 @@
+"""The file tool catalog: five tools the registry accepts, with schemas the model can read."""
+
+from __future__ import annotations
+
+import json
+
+from callgate.server.tools.catalog import file_tools
+from callgate.server.tools.registry import ToolRegistry
+from callgate.server.tools.search import Grep
+
+
+def test_file_tools_are_the_five_file_tools_and_register() -> None:
+    """ReadFile, WriteFile, EditFile, Glob and Grep register under their names."""
+    registry = ToolRegistry(file_tools(None))
+    infos = registry.infos()
+    assert [info.name for info in infos] == ["EditFile", "Glob", "Grep", "ReadFile", "WriteFile"]
+    kinds = {info.name: info.requirement_kinds for info in infos}
+    assert kinds["WriteFile"] == ("filesystem.write",)
+    assert kinds["Grep"] == ("filesystem.read",)
+    for info in infos:
+        schema = json.loads(info.input_schema_json)
+        assert schema["additionalProperties"] is False
+        assert all("description" in field for field in schema["properties"].values())
+
+
+def test_grep_gets_the_ripgrep_path_it_was_given() -> None:
+    """The catalog hands the configured ripgrep path (or None) to Grep."""
+    for rg_path in ("/usr/bin/rg", None):
+        [grep] = [tool for tool in file_tools(rg_path) if isinstance(tool, Grep)]
+        assert grep.rg_path == rg_path
