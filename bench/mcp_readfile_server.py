@@ -20,7 +20,7 @@ def read_numbered(root: Path, path: str) -> str:
     if not target.is_relative_to(root):
         raise ValueError(f"{path} is outside the workspace")
     text = target.read_text(encoding="utf-8")
-    return "".join(f"{number:6d}\t{line}\n" for number, line in enumerate(text.splitlines(), 1))
+    return "\n".join(f"{number:6d}\t{line}" for number, line in enumerate(text.splitlines(), 1))
 
 
 def build_server(workspace: Path) -> MCPServer:

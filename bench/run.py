@@ -473,8 +473,8 @@ def print_markdown(results: Results) -> None:
     print(
         f"callgate bench: {FILE_BYTES} B ReadFile; {settings.iterations} samples per case after "
         f"{settings.warmup} warm-ups; Python {env['python']}, grpcio {env['grpcio']}, "
-        f"mcp {env['mcp']}, {env['cpus']} CPUs, {env['platform']}; Unix sockets, asyncio; "
-        f"cases {settings.order}"
+        f"mcp {env['mcp']}, {env['cpus']} CPUs, {env['platform']}; gRPC over Unix sockets, "
+        f"MCP over stdio; asyncio; cases {settings.order}"
     )
     print()
     header = "| case | p50 ms | p99 ms | samples |\n|---|---:|---:|---:|"
