@@ -37,7 +37,7 @@ run: install install-system
 
 # Install everything and run the whole test suite.
 test: install install-system
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 proto: install
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto \
@@ -62,7 +62,8 @@ lint: install
 	$(VENV)/bin/ruff format --check server client tests bench
 
 typecheck: install
-	$(VENV)/bin/mypy -p callgate.server -p callgate.client tests bench
+	$(VENV)/bin/mypy -p callgate.server -p callgate.client
+	$(VENV)/bin/mypy tests bench
 
 check: lint typecheck buf-lint proto-check test
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -69,7 +70,10 @@ class CallRecord:
     decision: Decision | None = None
     denial: Denial | None = None
     result: ToolResult | None = None
+    prepare_request_id: str = ""
     invoke_request_id: str = ""
+    # Called once, when the call first reaches a terminal state (open-call accounting).
+    on_terminal: Callable[[], None] | None = None
     cancel_scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
     # Set when the call reaches a terminal state (waiters for an Invoke replay).
@@ -96,12 +100,15 @@ class CallRecord:
         )
 
     def move(self, state: State, now: datetime) -> None:
+        was_terminal = self.state.is_terminal
         self.state = state
         self.update_time = now
         if state.is_terminal:
             self.deadline = None
             self.cancel_scope = None
             self.finished.set()
+            if not was_terminal and self.on_terminal is not None:
+                self.on_terminal()
         if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
             self.decided.set()
 

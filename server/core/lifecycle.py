@@ -108,7 +108,11 @@ class Session:
     prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
     invoke_requests: dict[str, str] = field(default_factory=dict)
     running: int = 0
+    open_calls: int = 0
     closed: bool = False
+
+    def call_ended(self) -> None:
+        self.open_calls -= 1
 
 
 def _new_id(prefix: str) -> str:
@@ -235,12 +239,14 @@ class Lifecycle:
                     self._refresh(record)
                     return record.snapshot()
         tool = self.tools.get(tool_name)
-        open_calls = sum(1 for r in session.calls.values() if not r.state.is_terminal)
-        if open_calls >= self.settings.max_open_calls_per_session:
-            raise ResourceExhausted(
-                "CALL_LIMIT",
-                f"The session has {open_calls} open calls; invoke or cancel some first.",
-            )
+        if session.open_calls >= self.settings.max_open_calls_per_session:
+            for old in list(session.calls.values()):
+                self._refresh(old)
+            if session.open_calls >= self.settings.max_open_calls_per_session:
+                raise ResourceExhausted(
+                    "CALL_LIMIT",
+                    f"The session has {session.open_calls} open calls; invoke or cancel some.",
+                )
         raw = decode_arguments(arguments_json, max_bytes=self.settings.max_argument_bytes)
         ctx = self._context(session, loop, None)
         prepared = tool.prepare(raw, ctx)
@@ -262,6 +268,7 @@ class Lifecycle:
         )
         self._store(session, record)
         if request_id:
+            record.prepare_request_id = request_id
             session.prepare_requests[request_id] = (fingerprint, record.execution_id)
         if evaluate:
             self._decide_by_policy(session, record)
@@ -478,23 +485,20 @@ class Lifecycle:
 
     def _store(self, session: Session, record: CallRecord) -> None:
         session.calls[record.execution_id] = record
+        session.open_calls += 1
+        record.on_terminal = session.call_ended
         excess = len(session.calls) - self.settings.max_kept_calls_per_session
         if excess <= 0:
             return
+        # Forget the oldest finished calls, with the request IDs that pointed at them.
         for execution_id, old in list(session.calls.items()):
             if excess <= 0:
                 break
             if old.state.is_terminal:
                 del session.calls[execution_id]
+                session.prepare_requests.pop(old.prepare_request_id, None)
+                session.invoke_requests.pop(old.invoke_request_id, None)
                 excess -= 1
-        stale = {eid for eid in session.invoke_requests.values() if eid not in session.calls}
-        if stale:
-            session.invoke_requests = {
-                k: v for k, v in session.invoke_requests.items() if v not in stale
-            }
-        session.prepare_requests = {
-            k: v for k, v in session.prepare_requests.items() if v[1] in session.calls
-        }
 
     def _context(self, session: Session, loop: LoopState, output: OutputSink | None) -> ToolContext:
         return ToolContext(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import PurePosixPath
 
 from .errors import arguments_invalid
 
@@ -133,4 +132,6 @@ class Workspace:
         """The workspace-relative form of a canonical path, for summaries and results."""
         if canonical == self.root:
             return "."
-        return str(PurePosixPath(canonical).relative_to(self.root))
+        if not self.contains(canonical):
+            raise ValueError("the path is outside the workspace")
+        return canonical[len(self.root.rstrip("/")) + 1 :]

@@ -162,10 +162,48 @@ def _next_line(
             return bytes(kept), length, nul
 
 
+def _excerpt_from_bytes(data: bytes, start: int, end: int | None, max_lines: int) -> _Excerpt:
+    """`read_excerpt` for a whole file already in memory, without NUL bytes (same results,
+    without the per-line loop)."""
+    excerpt = _Excerpt(lines=[], first_line=start, lines_read=0)
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    total = len(lines)
+    last = total if end is None else min(end, total)
+    stop = min(last, start - 1 + max_lines)
+    excerpt.lines = lines[start - 1 : stop] if start <= stop else []
+    if stop < last:
+        excerpt.truncated = True
+        excerpt.lines_read = stop
+        shown_through = sum(len(line) + 1 for line in lines[:stop])
+        excerpt.omitted_bytes = max(0, len(data) - shown_through)
+        return excerpt
+    excerpt.lines_read = last
+    excerpt.reached_end = end is None or end > total
+    if excerpt.reached_end and start == 1:
+        excerpt.digest = hashlib.sha256(data).hexdigest()
+    return excerpt
+
+
 def read_excerpt(
-    fd: int, size: int, start: int, end: int | None, max_lines: int, max_bytes: int
+    fd: int,
+    size: int,
+    start: int,
+    end: int | None,
+    max_lines: int,
+    max_bytes: int,
+    *,
+    whole_file_read: bool = True,
 ) -> _Excerpt:
     """Read lines `start`..`end` of an open file within the caps, hashing what it reads."""
+    if whole_file_read and 0 <= size <= max_bytes:
+        # The common case, a file within the byte cap: one read, one hash, one split.
+        data = os.pread(fd, max_bytes + 1, 0)
+        # A NUL byte (binary) or a file that grew meanwhile takes the streaming path, which
+        # decides exactly where reading stops.
+        if len(data) <= max_bytes and b"\x00" not in data:
+            return _excerpt_from_bytes(data, start, end, max_lines)
     reader = io.BufferedReader(io.FileIO(fd, "rb", closefd=False), 1 << 16)
     hasher = hashlib.sha256()
     excerpt = _Excerpt(lines=[], first_line=start, lines_read=0)
