@@ -491,14 +491,16 @@ class Lifecycle:
         if excess <= 0:
             return
         # Forget the oldest finished calls, with the request IDs that pointed at them.
-        for execution_id, old in list(session.calls.items()):
-            if excess <= 0:
+        victims: list[CallRecord] = []
+        for old in session.calls.values():
+            if len(victims) >= excess:
                 break
             if old.state.is_terminal:
-                del session.calls[execution_id]
-                session.prepare_requests.pop(old.prepare_request_id, None)
-                session.invoke_requests.pop(old.invoke_request_id, None)
-                excess -= 1
+                victims.append(old)
+        for old in victims:
+            del session.calls[old.execution_id]
+            session.prepare_requests.pop(old.prepare_request_id, None)
+            session.invoke_requests.pop(old.invoke_request_id, None)
 
     def _context(self, session: Session, loop: LoopState, output: OutputSink | None) -> ToolContext:
         return ToolContext(
