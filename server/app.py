@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 TOOL_SERVICE = "callgate.v1.ToolService"
 SWEEP_INTERVAL_SECONDS = 1.0
+SHUTDOWN_GRACE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,7 @@ class App:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self._drained = False
         self.state_dir = config.state_path()
         self.workspace = config.workspace_path()
         if not self.workspace.is_dir():
@@ -130,6 +132,7 @@ class App:
                 max_running_total=config.limits.max_running_total,
                 max_argument_bytes=config.limits.max_argument_bytes,
                 tool_limits=_tool_limits(config),
+                session_state_root=str(self.state_dir / "sessions"),
             ),
             self.tools,
             self.gate,
@@ -212,6 +215,7 @@ class App:
         )
         try:
             async with anyio.create_task_group() as tasks:
+                self.lifecycle.attach_task_group(tasks.start_soon)
                 tasks.start_soon(self._sweep_forever)
                 try:
                     yield RunningServer(
@@ -222,13 +226,27 @@ class App:
                         state_dir=self.state_dir,
                     )
                 finally:
+                    # Drain while the task group still runs session background tasks.
+                    with anyio.CancelScope(shield=True):
+                        await self._drain(server, health_servicer)
                     tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                self.lifecycle.begin_shutdown()
-                await health_servicer.enter_graceful_shutdown()
-                await server.stop(5.0)
-                self.lifecycle.cancel_all()
+                await self._drain(server, health_servicer)
+
+    async def _drain(
+        self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer
+    ) -> None:
+        """Graceful stop (idempotent): refuse new work, give running calls the grace period,
+        cancel the rest, then close every session (process trees confirmed gone)."""
+        if self._drained:
+            return
+        self._drained = True
+        self.lifecycle.begin_shutdown()
+        await health_servicer.enter_graceful_shutdown()
+        await server.stop(SHUTDOWN_GRACE_SECONDS)
+        self.lifecycle.cancel_all()
+        await self.lifecycle.close_all()
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Protocol
 
 import anyio
@@ -37,6 +38,7 @@ from .gate import Gate
 from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within
 from .principals import Principal, Role
+from .resources import SessionResources, Spawn
 from .tool import LoopState, OutputSink, ToolContext, ToolLimits, ToolPlugin
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,8 @@ class LifecycleSettings:
     max_running_total: int = 64
     max_argument_bytes: int = 1 << 20
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    # Where sessions get their private directories (<root>/<session_id>); None: no directories.
+    session_state_root: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class Session:
     default_loop_id: str
     labels: dict[str, str]
     create_time: datetime
+    resources: SessionResources
     loops: dict[str, LoopState] = field(default_factory=dict)
     calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
     prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -139,6 +144,14 @@ class Lifecycle:
         self._sessions: dict[str, Session] = {}
         self._running_total = 0
         self._shutting_down = False
+        self._spawn: Spawn | None = None
+        self._state_root = (
+            Path(settings.session_state_root) if settings.session_state_root else None
+        )
+
+    def attach_task_group(self, spawn: Spawn) -> None:
+        """Give session resources a task group to run their background tasks in."""
+        self._spawn = spawn
 
     # ------------------------------------------------------------------ sessions
 
@@ -167,31 +180,40 @@ class Lifecycle:
             )
         now = self.clock.now()
         loop_id = _new_id("loop_")
+        session_id = _new_id("ses_")
         session = Session(
-            session_id=_new_id("ses_"),
+            session_id=session_id,
             owner=principal.name,
             workspace=Workspace(root, self.protected),
             default_loop_id=loop_id,
             labels=dict(labels),
             create_time=now,
+            resources=SessionResources(session_id, self._state_root, self._spawn),
         )
         session.loops[loop_id] = LoopState(loop_id)
         self._sessions[session.session_id] = session
         log.info("session opened", extra={"session_id": session.session_id})
         return self._session_snapshot(session)
 
-    def close_session(self, principal: Principal, session_id: str) -> None:
+    async def close_session(self, principal: Principal, session_id: str) -> None:
+        """Close a session: cancel its calls, stop what runs, release its resources (process
+        trees are terminated and confirmed gone before this returns)."""
         session = self._session(principal, session_id)
-        session.closed = True
         del self._sessions[session_id]
+        await self._close(session)
+        log.info("session closed", extra={"session_id": session_id})
+
+    async def _close(self, session: Session) -> None:
+        session.closed = True
         now = self.clock.now()
         for record in session.calls.values():
-            if record.state is State.RUNNING and record.cancel_scope is not None:
-                record.cancel_requested = True
-                record.cancel_scope.cancel()
-            elif not record.state.is_terminal and record.state is not State.RUNNING:
+            if record.state is State.RUNNING:
+                if record.cancel_scope is not None:
+                    record.cancel_requested = True
+                    record.cancel_scope.cancel()
+            elif not record.state.is_terminal:
                 record.move(State.CANCELLED, now)
-        log.info("session closed", extra={"session_id": session_id})
+        await session.resources.aclose()
 
     def get_session(self, principal: Principal, session_id: str) -> SessionSnapshot:
         return self._session_snapshot(self._session(principal, session_id))
@@ -349,7 +371,7 @@ class Lifecycle:
 
     async def _run(self, session: Session, record: CallRecord, output: OutputSink | None) -> None:
         tool = self.tools.get(record.tool_name)
-        ctx = self._context(session, session.loops[record.loop_id], output)
+        ctx = self._context(session, session.loops[record.loop_id], output, record.execution_id)
         result: ToolResult | None = None
         with anyio.CancelScope() as scope:
             record.cancel_scope = scope
@@ -438,6 +460,13 @@ class Lifecycle:
                     record.cancel_requested = True
                     record.cancel_scope.cancel()
 
+    async def close_all(self) -> None:
+        """Close every session (server shutdown): calls cancelled, process trees gone."""
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            await self._close(session)
+
     @property
     def running_total(self) -> int:
         return self._running_total
@@ -502,12 +531,20 @@ class Lifecycle:
             session.prepare_requests.pop(old.prepare_request_id, None)
             session.invoke_requests.pop(old.invoke_request_id, None)
 
-    def _context(self, session: Session, loop: LoopState, output: OutputSink | None) -> ToolContext:
+    def _context(
+        self,
+        session: Session,
+        loop: LoopState,
+        output: OutputSink | None,
+        execution_id: str = "",
+    ) -> ToolContext:
         return ToolContext(
             session_id=session.session_id,
             loop=loop,
             workspace=session.workspace,
             limits=self.settings.tool_limits,
+            resources=session.resources,
+            execution_id=execution_id,
             output=output,
         )
 

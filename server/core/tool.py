@@ -18,6 +18,7 @@ from .arguments import validate_arguments
 from .errors import InternalError
 from .models import Requirement, RuleCandidate, ToolResult
 from .paths import Workspace
+from .resources import SessionResources
 
 
 class Arguments(BaseModel):
@@ -76,6 +77,10 @@ class ToolContext:
     loop: LoopState
     workspace: Workspace
     limits: ToolLimits
+    # Session-scoped shared state (the process supervisor, the private directory).
+    resources: SessionResources
+    # Set at Invoke: the call being run.
+    execution_id: str = ""
     # Set only at Invoke for InvokeStream: receives output chunks as they are produced.
     output: OutputSink | None = None
 

@@ -40,7 +40,7 @@ class ToolServicer:
     async def close_session(
         self, request: pb.CloseSessionRequest, call: Call
     ) -> pb.CloseSessionResponse:
-        self.lifecycle.close_session(call.principal, request.session_id)
+        await self.lifecycle.close_session(call.principal, request.session_id)
         return pb.CloseSessionResponse()
 
     async def get_session(self, request: pb.GetSessionRequest, call: Call) -> pb.GetSessionResponse:

@@ -568,12 +568,14 @@ async def test_another_principals_session_does_not_exist_for_them(world: World) 
             partial(lifecycle.get_call, stranger, sid, eid),
             partial(lifecycle.list_calls, stranger, sid),
             partial(lifecycle.cancel_call, stranger, sid, eid),
-            partial(lifecycle.close_session, stranger, sid),
         ]
         for attempt in attempts:
             with pytest.raises(NotFound) as caught:
                 attempt()
             assert caught.value.reason == "SESSION_NOT_FOUND"
+        with pytest.raises(NotFound) as caught:
+            await lifecycle.close_session(stranger, sid)
+        assert caught.value.reason == "SESSION_NOT_FOUND"
         with pytest.raises(NotFound) as caught:
             await lifecycle.approve(stranger, sid, eid, 0.0)
         assert caught.value.reason == "SESSION_NOT_FOUND"
@@ -692,7 +694,7 @@ async def test_closing_a_session_cancels_its_calls_and_forgets_it(tmp_path: Path
             group.start_soon(approve)
             await slow.started.wait()
             await anyio.wait_all_tasks_blocked()
-            world.lifecycle.close_session(AGENT, world.session_id)
+            await world.lifecycle.close_session(AGENT, world.session_id)
     assert [c.state for c in finished] == [State.CANCELLED]
     assert approvals == ["CALL_STATE_INVALID"]
     with pytest.raises(NotFound) as caught:
@@ -762,7 +764,7 @@ async def test_the_session_limit_counts_open_sessions(tmp_path: Path) -> None:
     with pytest.raises(ResourceExhausted) as caught:
         world.lifecycle.open_session(AGENT, "", {})
     assert caught.value.reason == "SESSION_LIMIT"
-    world.lifecycle.close_session(OTHER_AGENT, second.session_id)
+    await world.lifecycle.close_session(OTHER_AGENT, second.session_id)
     world.lifecycle.open_session(AGENT, "", {})
 
 

@@ -9,6 +9,7 @@ import pytest
 from callgate.server.core.errors import InvalidArgument
 from callgate.server.core.models import ToolResult
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths, Workspace
+from callgate.server.core.resources import SessionResources
 from callgate.server.core.tool import LoopState, ToolContext, ToolLimits, ToolPlugin
 
 
@@ -20,6 +21,7 @@ def make_context(
         loop=loop or LoopState("l"),
         workspace=Workspace(str(root), ProtectedPaths(DEFAULT_DENIED_GLOBS)),
         limits=limits or ToolLimits(),
+        resources=SessionResources("s", None, None),
     )
 
 
