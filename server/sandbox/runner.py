@@ -1,0 +1,72 @@
+"""How a command is started: the description of one confined command, and the interface of
+the runners that start it (bubblewrap, or unconfined with a loud warning)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from anyio.abc import ByteReceiveStream, ByteSendStream
+
+from callgate.server.core.models import SandboxMode
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """Everything needed to start one approved command, and nothing the agent can change.
+
+    Paths are canonical absolute host paths. `write_paths` are the approved write
+    declarations (files or directory trees) beyond the workspace; `network` is True only when
+    a network requirement of the call was approved.
+    """
+
+    command: str
+    workdir: str
+    workspace: str
+    home: str
+    tmp: str
+    env: Mapping[str, str]
+    write_paths: tuple[str, ...] = ()
+    network: bool = False
+    # Protected paths inside the workspace to hide in the sandbox (secrets, server state).
+    masked_paths: tuple[str, ...] = ()
+    # Directories that must never be visible inside the sandbox (the server's state dir).
+    hidden_dirs: tuple[str, ...] = ()
+    stdin: bool = False
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+class RunningCommand(Protocol):
+    """A started command: its combined stdout+stderr, optional stdin, and its process tree."""
+
+    @property
+    def output(self) -> ByteReceiveStream: ...
+
+    @property
+    def stdin(self) -> ByteSendStream | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int:
+        """Wait for the command to exit; returns its exit code (128+N for signal N)."""
+        ...
+
+    def signal_tree(self, signum: int) -> None:
+        """Send a signal to every process of the command's tree (never to anything else)."""
+        ...
+
+    async def terminate_tree(self, grace: float) -> None:
+        """SIGTERM the tree, wait up to `grace` seconds, then SIGKILL; returns once every
+        process of the tree is confirmed gone."""
+        ...
+
+
+class CommandRunner(Protocol):
+    """Starts confined commands. One per server, chosen by the startup self-test."""
+
+    @property
+    def mode(self) -> SandboxMode: ...
+
+    async def start(self, spec: CommandSpec) -> RunningCommand: ...
