@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 PROTOS := $(wildcard proto/callgate/v1/*.proto)
+# Imported protos that are not ours (google/rpc/status.proto), vendored so that protoc and buf
+# both resolve them offline; their Python modules come from googleapis-common-protos.
+PROTO_INCLUDES := -I proto -I third_party/googleapis
 
 .PHONY: install install-system run test lint typecheck proto proto-check buf-lint check bench clean
 
@@ -40,14 +43,14 @@ test: install install-system
 	$(PY) -m pytest -q
 
 proto: install
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto \
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc $(PROTO_INCLUDES) \
 	  --python_out=proto --grpc_python_out=proto \
 	  --mypy_out=proto --mypy_grpc_out=proto $(PROTOS)
 
 # Regenerate into a scratch tree and fail on any difference from the committed code.
 proto-check: install
 	@tmp=$$(mktemp -d) && \
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I proto --python_out=$$tmp --grpc_python_out=$$tmp \
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc $(PROTO_INCLUDES) --python_out=$$tmp --grpc_python_out=$$tmp \
 	  --mypy_out=$$tmp --mypy_grpc_out=$$tmp $(PROTOS) && \
 	for f in $$tmp/callgate/v1/*; do \
 	  diff -q $$f proto/callgate/v1/$$(basename $$f) >/dev/null || { echo "proto-check: $$(basename $$f) differs from proto/; run make proto"; rm -rf $$tmp; exit 1; }; \

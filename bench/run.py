@@ -4,8 +4,10 @@ Cases, each timed per sample with `time.perf_counter_ns` on one plain asyncio lo
   (a) three sequential bare grpc.aio unary echo calls to a separate echo process (the floor);
   (b) `session.run("ReadFile", ...)` of a 4 KiB file through the callgate client library's
       fast path (Prepare with evaluate, then Invoke) against a real `callgate serve` process;
+      by default the client sends both over its Exchange stream;
   (c) the same read through an MCP server (the `mcp` package) over stdio.
-Diagnostics break (b) down with the generated stub alone. Every server runs in its own
+Diagnostics: (b) with `exchange=False` (two unary RPCs), and the unary pair broken down with
+the generated stub alone. Every server runs in its own
 process; all of them are stopped on exit, failed or not.
 
 Usage: bench/run.py [--iterations N] [--warmup N] [--interleave] [--json]
@@ -308,9 +310,15 @@ async def echo_case(target: str) -> AsyncIterator[Case]:
 
 
 @asynccontextmanager
-async def callgate_case(target: str, token: str, expected: str) -> AsyncIterator[Case]:
-    """(b): `session.run` through the client library, i.e. Prepare(evaluate) + Invoke."""
-    async with CallgateClient(target, token=token) as client, client.open_session() as session:
+async def callgate_case(
+    target: str, token: str, expected: str, *, exchange: bool = True
+) -> AsyncIterator[Case]:
+    """(b): `session.run` through the client library, i.e. Prepare(evaluate) + Invoke, over
+    the client's Exchange stream, or as two unary RPCs with `exchange=False`."""
+    async with (
+        CallgateClient(target, token=token, exchange=exchange) as client,
+        client.open_session() as session,
+    ):
 
         async def read_file() -> None:
             result = await session.run("ReadFile", {"path": FILE_NAME})
@@ -318,8 +326,12 @@ async def callgate_case(target: str, token: str, expected: str) -> AsyncIterator
                 raise BenchmarkError(f"(b) callgate ReadFile failed: {result.text[:200]!r}")
             check_numbered("(b) callgate", result.text, expected)
 
-        label = "(b) callgate ReadFile 4 KiB, client `session.run` (Prepare+Invoke)"
-        yield Case(Series("b", label), read_file)
+        if exchange:
+            label = "(b) callgate ReadFile 4 KiB, client `session.run` (Prepare+Invoke)"
+            yield Case(Series("b", label), read_file)
+        else:
+            label = "callgate client `session.run`, exchange=False (2 unary RPCs)"
+            yield Case(Series("b_unary", label), read_file)
 
 
 @asynccontextmanager
@@ -443,18 +455,21 @@ async def run(settings: Settings, root: Path, expected: str) -> Results:
                 callgate = await stack.enter_async_context(
                     callgate_case(callgate_target, token, expected)
                 )
+                unary = await stack.enter_async_context(
+                    callgate_case(callgate_target, token, expected, exchange=False)
+                )
                 stub = await stack.enter_async_context(
                     callgate_stub_case(callgate_target, token, expected)
                 )
                 mcp = await stack.enter_async_context(mcp_case(workspace, expected, mcp_log))
-                await measure(settings, [floor, callgate, mcp, stub])
+                await measure(settings, [floor, callgate, mcp, unary, stub])
         except Exception:
             for name, log in (("callgate", callgate_log), ("MCP server", mcp_log)):
                 log.flush()
                 print(f"--- {name} log:\n{log_tail(Path(log.name))}", file=sys.stderr)
             raise
     main = [floor.series, callgate.series, mcp.series]
-    return Results(settings, main, [stub.series, *stub.parts])
+    return Results(settings, main, [unary.series, stub.series, *stub.parts])
 
 
 def environment() -> dict[str, str]:
@@ -493,11 +508,14 @@ def print_markdown(results: Results) -> None:
     for series in results.diagnostics:
         print(series.markdown_row())
     floor_per_rpc = results.case("a").p50 / 3
-    library = results.case("b").p50 - results.case("stub_pair").p50
+    library = results.case("b_unary").p50 - results.case("stub_pair").p50
+    saved = results.case("b_unary").p50 - results.case("b").p50
     print()
     print(
         f"one bare echo RPC ≈ {floor_per_rpc:.3f} ms (p50 of (a) / 3); client library on top of "
-        f"the bare stub ≈ {library:.3f} ms (p50 of (b) minus p50 of the stub pair)"
+        f"the bare stub ≈ {library:.3f} ms (p50 of the unary client minus p50 of the stub "
+        f"pair); the Exchange stream saves ≈ {saved:.3f} ms (p50 of the unary client minus "
+        "p50 of (b))"
     )
 
 

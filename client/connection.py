@@ -9,9 +9,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self
 
+import anyio
 import grpc
 
 from callgate.client.conversion import session_from_proto, tool_spec_from_proto
+from callgate.client.exchange import Exchange
 from callgate.client.models import ToolSpec
 from callgate.client.session import ClientSession
 from callgate.client.transport import Transport
@@ -110,6 +112,13 @@ class CallgateClient:
     `tls` is set or any certificate is given (`root_certificates` to trust a private CA,
     `private_key` and `certificate_chain` for mutual TLS). Calls that cannot repeat an
     effect are retried on UNAVAILABLE up to `max_attempts` times in all (1 turns retries off).
+
+    With `exchange` (the default) the lifecycle operations (prepare, approve, invoke,
+    get_call, cancel) travel over one Exchange stream per client instead of one RPC each,
+    which roughly halves their latency; against a server without Exchange the client falls
+    back to the unary RPCs by itself. If the stream breaks, operations waiting on it fail with
+    `ServerUnavailableError` (with retries on, one that cannot repeat an effect is first sent
+    once more on a new stream), and the next operation opens a new stream.
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class CallgateClient:
         certificate_chain: bytes | None = None,
         max_attempts: int = 3,
         channel_options: Sequence[tuple[str, str | int]] = (),
+        exchange: bool = True,
     ) -> None:
         if token is not None and token_file is not None:
             raise ValueError("Give either token or token_file, not both.")
@@ -133,7 +143,9 @@ class CallgateClient:
             token = _read_token(Path(token_file))
         metadata = [] if token is None else [("authorization", f"Bearer {_checked_token(token)}")]
         self._target = target
-        self._transport = Transport(metadata)
+        self._metadata = tuple(metadata)
+        self._exchange = exchange
+        self._max_attempts = max_attempts
         self._credentials: grpc.ChannelCredentials | None = None
         if tls or root_certificates or private_key or certificate_chain:
             self._credentials = grpc.ssl_channel_credentials(
@@ -151,6 +163,7 @@ class CallgateClient:
         self._options = [*options, *channel_options]
         self._channel: grpc.aio.Channel | None = None
         self._stub_or_none: ToolServiceAsyncStub | None = None
+        self._transport_or_none: Transport | None = None
 
     @property
     def target(self) -> str:
@@ -166,7 +179,13 @@ class CallgateClient:
                 self._channel = grpc.aio.secure_channel(
                     self._target, self._credentials, options=self._options
                 )
-            self._stub_or_none = tool_service_pb2_grpc.ToolServiceStub(self._channel)
+            stub = tool_service_pb2_grpc.ToolServiceStub(self._channel)
+            metadata = self._metadata
+            exchange = None
+            if self._exchange:
+                exchange = Exchange(lambda: stub.Exchange(metadata=metadata))
+            self._stub_or_none = stub
+            self._transport_or_none = Transport(metadata, exchange, resend=self._max_attempts > 1)
         return self
 
     async def __aexit__(
@@ -180,8 +199,13 @@ class CallgateClient:
     async def close(self) -> None:
         """Closes the channel, cancelling RPCs still in flight. Sessions stay open on the server."""
         channel, self._channel, self._stub_or_none = self._channel, None, None
-        if channel is not None:
-            await channel.close()
+        transport, self._transport_or_none = self._transport_or_none, None
+        # Shielded: a caller cancelled while leaving `async with` must still release both.
+        with anyio.CancelScope(shield=True):
+            if transport is not None:
+                await transport.close()
+            if channel is not None:
+                await channel.close()
 
     @property
     def _stub(self) -> ToolServiceAsyncStub:
@@ -191,6 +215,14 @@ class CallgateClient:
             )
         return self._stub_or_none
 
+    @property
+    def _transport(self) -> Transport:
+        if self._transport_or_none is None:
+            raise RuntimeError(
+                "The client is not open; use it as `async with CallgateClient(...)`."
+            )
+        return self._transport_or_none
+
     def open_session(
         self, workspace: str | os.PathLike[str] = "", labels: Mapping[str, str] | None = None
     ) -> OpeningSession:
@@ -199,14 +231,14 @@ class CallgateClient:
         `session = await client.open_session()` leaves closing to the caller;
         `async with client.open_session() as session:` closes it on exit.
         """
-        stub = self._stub
+        stub, transport = self._stub, self._transport
         request = tool_service_pb2.OpenSessionRequest(
             workspace=os.fspath(workspace), labels=dict(labels or {})
         )
 
         async def opener() -> ClientSession:
-            response = await self._transport.unary(stub.OpenSession, request)
-            return ClientSession(stub, self._transport, session_from_proto(response.session))
+            response = await transport.unary(stub.OpenSession, request)
+            return ClientSession(stub, transport, session_from_proto(response.session))
 
         return OpeningSession(opener)
 

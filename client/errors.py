@@ -62,10 +62,12 @@ __all__ = [
     "SessionNotFoundError",
     "ToolNotFoundError",
     "error_from_rpc",
+    "error_from_status",
 ]
 
 ERROR_DOMAIN: Final = "callgate.dev"
 _STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
+_CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class FieldViolation(NamedTuple):
@@ -258,13 +260,22 @@ def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
 
 def error_from_rpc(error: grpc.aio.AioRpcError) -> CallgateClientError:
     """The typed client error for a failed RPC, decoded from its rich status details."""
-    code = error.code()
-    message = error.details() or ""
+    return _typed_error(error.code(), error.details() or "", _rich_status(error))
+
+
+def error_from_status(status: status_pb2.Status) -> CallgateClientError:
+    """The typed client error for a `google.rpc.Status` sent as a message: an Exchange
+    operation's error, which the server builds exactly like the status of a failed RPC."""
+    return _typed_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), "", status)
+
+
+def _typed_error(
+    code: grpc.StatusCode, message: str, status: status_pb2.Status | None
+) -> CallgateClientError:
     reason = ""
     domain = ""
     metadata: dict[str, str] = {}
     violations: list[FieldViolation] = []
-    status = _rich_status(error)
     if status is not None:
         message = message or status.message
         have_info = False

@@ -25,6 +25,7 @@ from callgate.client.errors import (
     ProtocolError,
     SessionNotFoundError,
 )
+from callgate.client.exchange import APPROVE, CANCEL_CALL, GET_CALL, INVOKE, PREPARE
 from callgate.client.models import InvokeResult, Session, State, ToolCall, ToolResult, ToolSpec
 from callgate.client.transport import Transport
 from callgate.v1 import tool_service_pb2
@@ -129,7 +130,8 @@ class ClientSession:
         evaluate: bool = False,
     ) -> ToolCall:
         """Validates and freezes a call (no effect); with `evaluate` the gate decides it too."""
-        response = await self._transport.unary(
+        response = await self._transport.operation(
+            PREPARE,
             self._stub.Prepare,
             tool_service_pb2.PrepareRequest(
                 session_id=self.session_id,
@@ -151,12 +153,14 @@ class ClientSession:
             if wait < 0:
                 raise ValueError("wait must be zero or more seconds")
             request.wait.CopyFrom(_duration(min(wait, MAX_APPROVE_WAIT)))
-        response = await self._transport.unary(self._stub.Approve, request)
+        response = await self._transport.operation(APPROVE, self._stub.Approve, request)
         return call_from_proto(response.call)
 
     async def invoke(self, execution_id: str, request_id: str | None = None) -> InvokeResult:
-        """Runs an approved call once and returns the final call and its result."""
-        response = await self._transport.unary(
+        """Runs an approved call once and returns the final call and its result; cancelling
+        the caller cancels the running call on the server."""
+        response = await self._transport.operation(
+            INVOKE,
             self._stub.Invoke,
             tool_service_pb2.InvokeRequest(
                 session_id=self.session_id,
@@ -200,7 +204,8 @@ class ClientSession:
 
     async def get_call(self, execution_id: str) -> ToolCall:
         """Reads one call."""
-        response = await self._transport.unary(
+        response = await self._transport.operation(
+            GET_CALL,
             self._stub.GetCall,
             tool_service_pb2.GetCallRequest(session_id=self.session_id, execution_id=execution_id),
         )
@@ -215,7 +220,8 @@ class ClientSession:
 
     async def cancel(self, execution_id: str) -> ToolCall:
         """Cancels a call that has not finished; a running call's effect is stopped."""
-        response = await self._transport.unary(
+        response = await self._transport.operation(
+            CANCEL_CALL,
             self._stub.CancelCall,
             tool_service_pb2.CancelCallRequest(
                 session_id=self.session_id, execution_id=execution_id

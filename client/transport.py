@@ -6,18 +6,40 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from callgate.client.errors import error_from_rpc
+from callgate.client.exchange import Exchange, ExchangeUnavailable, Operation, StreamBroken
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
+_Operation = TypeVar("_Operation", bound=Message)
+_Answer = TypeVar("_Answer", bound=Message)
 
 
 class Transport:
-    """Sends requests over one channel with the caller's metadata on every call."""
+    """Sends requests over one channel with the caller's metadata on every call.
 
-    def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
+    With an `exchange`, lifecycle operations go over the Exchange stream, and an operation
+    whose stream broke before answering is sent once more on a new stream if `resend` allows
+    retries and repeating it cannot repeat an effect (see `Operation.may_resend`).
+    """
+
+    def __init__(
+        self,
+        metadata: Sequence[tuple[str, str]],
+        exchange: Exchange | None = None,
+        *,
+        resend: bool = False,
+    ) -> None:
         self._metadata = tuple(metadata)
+        self._exchange = exchange
+        self._resend = resend
+
+    async def close(self) -> None:
+        """Ends the Exchange stream, if one is open."""
+        if self._exchange is not None:
+            await self._exchange.close()
 
     async def unary(
         self,
@@ -29,6 +51,34 @@ class Transport:
             return await method(request, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc) from exc
+
+    async def operation(
+        self,
+        operation: Operation[_Operation, _Answer],
+        method: grpc.aio.UnaryUnaryMultiCallable[_Operation, _Answer],
+        request: _Operation,
+    ) -> _Answer:
+        """Sends one lifecycle operation: over the Exchange stream when this client uses it
+        and the server has it, otherwise as its unary RPC `method`."""
+        if self._exchange is not None:
+            try:
+                return await self._exchanged(self._exchange, operation, request)
+            except ExchangeUnavailable:
+                pass  # An older server: the unary RPC it does have.
+        return await self.unary(method, request)
+
+    async def _exchanged(
+        self, exchange: Exchange, operation: Operation[_Operation, _Answer], request: _Operation
+    ) -> _Answer:
+        try:
+            return await exchange.request(operation, request)
+        except StreamBroken as broken:
+            if not (self._resend and operation.may_resend(request)):
+                raise broken.error from broken.error.__cause__
+        try:
+            return await exchange.request(operation, request)
+        except StreamBroken as broken:
+            raise broken.error from broken.error.__cause__
 
     async def server_stream(
         self,

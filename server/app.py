@@ -5,8 +5,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import pwd
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from callgate.server.config import ConfigError, ServerConfig
 from callgate.server.core.gate import AccessDefaults, Gate
 from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
+from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
 from callgate.server.core.principals import TokenAuthenticator
 from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
@@ -27,8 +29,12 @@ from callgate.server.core.tool import ToolLimits
 from callgate.server.credentials import load_authenticator
 from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.tool_service import ToolServicer
+from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
-from callgate.server.tools.catalog import file_tools
+from callgate.server.sandbox.runner import CommandRunner
+from callgate.server.sandbox.unconfined import UnconfinedRunner
+from callgate.server.tools.bash import CommandSettings
+from callgate.server.tools.catalog import command_tools, file_tools
 from callgate.server.tools.registry import ToolRegistry
 from callgate.v1 import tool_service_pb2
 
@@ -89,6 +95,40 @@ def build_rules(config: ServerConfig) -> RuleBook:
     )
 
 
+def build_runner(sandbox: SandboxStatus) -> CommandRunner:
+    """bubblewrap when the startup self-test passed, else unconfined (already warned about).
+    The mode is in the startup log and in every Session (gRPC health has no details field)."""
+    if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
+        return BwrapRunner(sandbox.bwrap_path)
+    return UnconfinedRunner()
+
+
+def command_settings(config: ServerConfig, environ: Mapping[str, str]) -> CommandSettings:
+    """What every command gets besides its call: the configured passthrough variables (by
+    value, now) and what the sandbox hides on top of the server's state directory: the
+    server user's home (secrets such as ~/.ssh and cloud credentials live there; the
+    workspace and declared paths inside it are bound back) and the server's Unix sockets."""
+    passthrough = {n: environ[n] for n in config.bash.env_passthrough if n in environ}
+    homes = {os.path.realpath(h) for h in (environ.get("HOME"), _user_home()) if h}
+    sockets = [
+        os.path.realpath(a.removeprefix("unix://"))
+        for a in config.listen_addresses()
+        if a.startswith("unix://")
+    ]
+    return CommandSettings(
+        env_passthrough=passthrough,
+        hidden_dirs=tuple(sorted(h for h in homes if h != "/" and os.path.isdir(h))),
+        masked_paths=tuple(sockets),
+    )
+
+
+def _user_home() -> str | None:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return None
+
+
 class App:
     """Everything one server process runs, built from one configuration."""
 
@@ -110,7 +150,11 @@ class App:
             AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected
         )
         rg = shutil.which("rg") if config.tools.ripgrep else None
-        self.tools = ToolRegistry(file_tools(rg))
+        self.runner = build_runner(self.sandbox)
+        self.command_settings = command_settings(config, os.environ)
+        self.tools = ToolRegistry(
+            [*file_tools(rg), *command_tools(self.runner, self.command_settings)]
+        )
         roots = [
             str(self.workspace),
             *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
@@ -138,6 +182,7 @@ class App:
             self.gate,
             self.protected,
         )
+        self.tool_servicer = ToolServicer(self.lifecycle)
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         size = self.config.limits.max_message_bytes
@@ -152,7 +197,7 @@ class App:
             server,
             tool_service_pb2.DESCRIPTOR.services_by_name["ToolService"],
             tool_service_pb2,
-            ToolServicer(self.lifecycle).handlers(),
+            self.tool_servicer.handlers(),
             self.authenticator,
         )
         health_servicer = health.aio.HealthServicer()
@@ -243,6 +288,7 @@ class App:
             return
         self._drained = True
         self.lifecycle.begin_shutdown()
+        self.tool_servicer.begin_shutdown()
         await health_servicer.enter_graceful_shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         self.lifecycle.cancel_all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from callgate.server.core.gate import AccessDefaults
 from callgate.server.core.principals import Role
 from callgate.server.core.rules import Effect, RulePatternError, normalize_pattern
+from callgate.server.tools.bash import FIXED_ENV_NAMES
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 DEFAULT_TCP_LISTEN = "127.0.0.1:50051"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ConfigError(Exception):
@@ -91,6 +94,45 @@ class ToolsConfig(BaseModel):
     ripgrep: bool = True
 
 
+class ProcessesConfig(BaseModel):
+    """Supervised (background) processes: limits and output caps (DESIGN section 5)."""
+
+    model_config = _STRICT
+
+    max_running_per_loop: Annotated[int, Field(ge=1, le=1000)] = 8
+    max_running_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
+    max_finished_kept: Annotated[int, Field(ge=0, le=100_000)] = 100
+    # In-memory ring of the most recent output, per process.
+    ring_bytes: Annotated[int, Field(ge=4096, le=256 << 20)] = 1 << 20
+    # Append-only spool file of the first output, per process (0: no spool).
+    spool_bytes: Annotated[int, Field(ge=0, le=16 << 30)] = 64 << 20
+    # How long one ProcessInput may wait for the process to take its input.
+    input_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 5.0
+    # SIGTERM -> SIGKILL grace at a process's timeout, and when its session closes.
+    timeout_grace_seconds: Annotated[float, Field(ge=0, le=60)] = 2.0
+    close_grace_seconds: Annotated[float, Field(ge=0, le=60)] = 2.0
+
+
+class BashConfig(BaseModel):
+    """The `[bash]` table. `env_passthrough` names server environment variables copied into
+    every command's otherwise clean environment (default none); the fixed variables (PATH,
+    HOME, TMPDIR, LANG, TERM, PAGER, GIT_PAGER, GIT_TERMINAL_PROMPT) cannot be replaced."""
+
+    model_config = _STRICT
+
+    env_passthrough: list[str] = Field(default_factory=list, max_length=256)
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name[:64]!r} is not an environment variable name")
+            if name in FIXED_ENV_NAMES:
+                raise ValueError(f"{name} is always set by the server and cannot be passed through")
+        return value
+
+
 class FetchConfig(BaseModel):
     model_config = _STRICT
 
@@ -135,7 +177,9 @@ class ServerConfig(BaseModel):
     calls: CallsConfig = Field(default_factory=CallsConfig)
     approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
+    bash: BashConfig = Field(default_factory=BashConfig)
     tls: TlsConfig = Field(default_factory=TlsConfig)
 
     def state_path(self) -> Path:

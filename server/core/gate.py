@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from .commands import normalize_command
 from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
 from .paths import ProtectedPaths, is_within
 from .rules import Effect, RuleBook, is_network_target
@@ -113,7 +114,8 @@ class Gate:
         for requirement, access in routed:
             if access is Access.ALLOW:
                 continue
-            allowing = self.rules.matching(Effect.ALLOW, requirement, session_id, workspace_root)
+            # Collective for commands: different shell segments may be met by different rules.
+            allowing = self.rules.allowing(requirement, session_id, workspace_root)
             if allowing:
                 used.update(r.rule_id for r in allowing)
             else:
@@ -182,6 +184,11 @@ def _invalid(requirement: Requirement) -> str:
             return "A filesystem requirement is not an absolute canonical path, so it is denied."
         if "/../" in path + "/" or "/./" in path + "/" or "//" in path:
             return "A filesystem requirement is not a canonical path, so it is denied."
+    if kind is RequirementKind.COMMAND_EXECUTE and normalize_command(requirement.match) != (
+        requirement.match
+    ):
+        # Exact rules compare normalized text; another spelling would slip past an exact deny.
+        return "A command requirement is not in its normalized form, so it is denied."
     if kind is RequirementKind.NETWORK and not is_network_target(requirement.match):
         # A target in another spelling (capitals, a wildcard port) would slip past deny rules.
         return "A network requirement is not a normalized tcp://host:port, so it is denied."

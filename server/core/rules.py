@@ -1,8 +1,11 @@
 """Allow and deny rules, and how a rule pattern covers a requirement's `match` value.
 
 Pattern forms (DESIGN section 4.2): an exact canonical path or `tree:<root>` for filesystem
-kinds, `tcp://host:port` (port may be `*`) for network, an exact normalized command for
-command.execute, `skill:<name>` for context.load, and an exact value for process.input.
+kinds, `tcp://host:port` (port may be `*`) for network, an exact normalized command or a
+`Bash(<tokens>:*)` family for command.execute, `skill:<name>` for context.load, and an exact value
+for process.input. Command rules are matched by `commands`: allow rules under-match (every shell
+segment covered, collectively by all applicable allow rules: `RuleBook.allowing`), deny rules
+over-match (any segment anywhere).
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from .commands import (
+    CommandMatcher,
+    CommandPatternError,
+    command_pattern,
+    is_family_pattern,
+    normalize_command,
+)
+from .commands import parse_family as parse_command_family
 from .models import TREE_PREFIX, Requirement, RequirementKind
 from .paths import is_within
 
@@ -59,10 +70,11 @@ def normalize_pattern(kind: str, match: str) -> str:
         if not _SKILL.match(match):
             raise RulePatternError("a context.load pattern must be skill:<name>")
         return match
-    if requirement_kind is RequirementKind.COMMAND_EXECUTE and match.startswith("Bash("):
-        raise RulePatternError(
-            "command family patterns (Bash(...:*)) are not supported yet; use an exact command"
-        )
+    if requirement_kind is RequirementKind.COMMAND_EXECUTE:
+        try:
+            return command_pattern(match)
+        except CommandPatternError as exc:
+            raise RulePatternError(str(exc)) from None
     return match
 
 
@@ -74,7 +86,8 @@ def is_network_target(match: str) -> bool:
 
 
 def pattern_covers(kind: str, pattern: str, match: str) -> bool:
-    """True when a (normalized) rule pattern of `kind` covers a requirement's match value."""
+    """True when a (normalized) rule pattern of `kind` covers a requirement's match value, with
+    allow semantics (for commands: one pattern alone covers every segment)."""
     if kind in _FILESYSTEM_KINDS:
         if pattern.startswith(TREE_PREFIX):
             root = pattern.removeprefix(TREE_PREFIX)
@@ -87,7 +100,35 @@ def pattern_covers(kind: str, pattern: str, match: str) -> bool:
             rest = match.removeprefix(host_part)
             return match.startswith(host_part) and rest.isdigit()
         return pattern == match
+    if kind == RequirementKind.COMMAND_EXECUTE:
+        return _command_matcher([pattern]).allows(match)
     return pattern == match
+
+
+def pattern_denies(kind: str, pattern: str, match: str) -> bool:
+    """True when a (normalized) deny pattern of `kind` refuses a requirement's match value. Only
+    commands differ from `pattern_covers`: a deny family matches any segment anywhere."""
+    if kind == RequirementKind.COMMAND_EXECUTE:
+        return _command_matcher([pattern]).denies(match)
+    return pattern_covers(kind, pattern, match)
+
+
+def _canonical_command_pattern(pattern: str) -> str:
+    if is_family_pattern(pattern):
+        return parse_command_family(pattern).pattern
+    return normalize_command(pattern)
+
+
+def _command_matcher(patterns: Iterable[str]) -> CommandMatcher:
+    exact: list[str] = []
+    families = []
+    for pattern in patterns:
+        if is_family_pattern(pattern):
+            # A stored family that no longer parses raises: the gate then denies the call.
+            families.append(parse_command_family(pattern))
+        else:
+            exact.append(pattern)
+    return CommandMatcher(exact, families)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +154,7 @@ class Rule:
         return False
 
     def covers(self, requirement: Requirement) -> bool:
+        """Whether this rule alone covers `requirement`, with its effect's semantics."""
         if requirement.kind != self.kind:
             return False
         if self.effect is Effect.DENY and requirement.match.startswith(TREE_PREFIX):
@@ -121,6 +163,8 @@ class Rule:
             denied = self.match.removeprefix(TREE_PREFIX)
             if is_within(denied, requirement.match.removeprefix(TREE_PREFIX)):
                 return True
+        if self.effect is Effect.DENY:
+            return pattern_denies(self.kind, self.match, requirement.match)
         return pattern_covers(self.kind, self.match, requirement.match)
 
 
@@ -151,3 +195,24 @@ class RuleBook:
             and rule.applies_to(session_id, workspace_root)
             and rule.covers(requirement)
         ]
+
+    def allowing(
+        self, requirement: Requirement, session_id: str, workspace_root: str
+    ) -> list[Rule]:
+        """The allow rules that cover `requirement`, or [] when it is not covered.
+
+        A command is covered collectively: an exact rule, or every shell segment by one of the
+        applicable families (different segments by different rules), and all of those rules are
+        returned. Every other kind is covered rule by rule, as `matching` does.
+        """
+        if requirement.kind != RequirementKind.COMMAND_EXECUTE:
+            return self.matching(Effect.ALLOW, requirement, session_id, workspace_root)
+        rules = [
+            rule
+            for rule in self._rules.values()
+            if rule.effect is Effect.ALLOW
+            and rule.kind == requirement.kind
+            and rule.applies_to(session_id, workspace_root)
+        ]
+        used = set(_command_matcher(rule.match for rule in rules).allowing(requirement.match))
+        return [rule for rule in rules if _canonical_command_pattern(rule.match) in used]

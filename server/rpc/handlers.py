@@ -3,13 +3,14 @@
 Every RPC goes through one wrapper: an undecodable request (bad protobuf, invalid UTF-8 in a
 string field) is INVALID_ARGUMENT instead of an opaque INTERNAL; the bearer token is turned
 into a principal; domain errors become rich statuses; anything unexpected is logged and sent
-as a bare INTERNAL with no details.
+as a bare INTERNAL with no details. On a bidirectional stream the token is checked once when
+the stream opens, and an undecodable message ends the stream the same way.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -82,7 +83,9 @@ def register_service(
     """Register `handlers` (keyed by method name) for every method of `service`.
 
     Unary handlers return the response; server-streaming handlers write with
-    `call.context.write(...)` and return None.
+    `call.context.write(...)` and return None; bidirectional handlers get an async iterator of
+    requests instead of one request, and write like server-streaming ones. Client-streaming
+    methods are not supported.
     """
     method_handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
@@ -93,7 +96,15 @@ def register_service(
         response_type: type[Message] = getattr(messages, method.output_type.name)
         deserialize = _deserializer(request_type)
         serialize = cast(Callable[[Any], bytes], response_type.SerializeToString)
-        if method.server_streaming:
+        if method.client_streaming and method.server_streaming:
+            method_handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                _bidirectional(handler, authenticator),
+                request_deserializer=deserialize,
+                response_serializer=serialize,
+            )
+        elif method.client_streaming:
+            raise ValueError(f"{service.full_name}/{method.name}: client streaming is unsupported")
+        elif method.server_streaming:
             method_handlers[method.name] = grpc.unary_stream_rpc_method_handler(
                 _streaming(handler, authenticator),
                 request_deserializer=deserialize,
@@ -144,3 +155,26 @@ def _streaming(
             await _fail(context, error)
 
     return run
+
+
+def _bidirectional(
+    handler: UnaryHandler | StreamHandler, authenticator: TokenAuthenticator
+) -> Callable[[AsyncIterator[object], Context], Awaitable[None]]:
+    async def run(requests: AsyncIterator[object], context: Context) -> None:
+        try:
+            principal = _principal(authenticator, context)
+            await handler(_decoded(requests), Call(principal, context))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            await _fail(context, error)
+
+    return run
+
+
+async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
+    """The messages of a client stream; an undecodable one raises REQUEST_INVALID."""
+    async for request in requests:
+        if isinstance(request, _Undecodable):
+            raise request_invalid("request", request.problem)
+        yield request

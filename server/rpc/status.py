@@ -24,6 +24,13 @@ GRPC_CODES: dict[ErrorCode, grpc.StatusCode] = {
 
 def to_status(error: CallgateError) -> grpc.Status:
     """Build the grpc.Status (with details in trailing metadata) for a domain error."""
+    result: grpc.Status = rpc_status.to_status(status_proto(error))
+    return result
+
+
+def status_proto(error: CallgateError) -> status_pb2.Status:
+    """Build the google.rpc.Status for a domain error: its code, message, one ErrorInfo and,
+    for field errors, a BadRequest. Unary RPCs end with it; Exchange answers with it."""
     code: grpc.StatusCode = GRPC_CODES[error.code]
     info = error_details_pb2.ErrorInfo(
         reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
@@ -39,9 +46,7 @@ def to_status(error: CallgateError) -> grpc.Status:
             ]
         )
         details.append(_pack(bad_request))
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
-    result: grpc.Status = rpc_status.to_status(status)
-    return result
+    return status_pb2.Status(code=code.value[0], message=error.message, details=details)
 
 
 def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from callgate.server.core.lifecycle import Lifecycle
 from callgate.v1 import tool_service_pb2 as pb
 
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
+from .exchange import ExchangeStream, check_operations, shutting_down
 from .handlers import Call, StreamHandler, UnaryHandler
 
 
@@ -14,6 +17,29 @@ class ToolServicer:
 
     def __init__(self, lifecycle: Lifecycle) -> None:
         self.lifecycle = lifecycle
+        # Exchange runs each operation through the unary handler of the same RPC.
+        self._exchange_operations: dict[str, UnaryHandler] = {
+            "prepare": self.prepare,
+            "approve": self.approve,
+            "invoke": self.invoke,
+            "get_call": self.get_call,
+            "cancel_call": self.cancel_call,
+        }
+        check_operations(self._exchange_operations)
+        self._exchanges: set[ExchangeStream] = set()
+        self._stopping = False
+
+    @property
+    def open_exchanges(self) -> int:
+        """How many Exchange streams are open now."""
+        return len(self._exchanges)
+
+    def begin_shutdown(self) -> None:
+        """Refuses new Exchange streams and ends the open ones once their operations in
+        flight are answered, so that idle streams do not hold the server's grace period."""
+        self._stopping = True
+        for stream in self._exchanges:
+            stream.stop_reading()
 
     def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
         return {
@@ -29,6 +55,7 @@ class ToolServicer:
             "GetCall": self.get_call,
             "ListCalls": self.list_calls,
             "CancelCall": self.cancel_call,
+            "Exchange": self.exchange,
         }
 
     async def open_session(
@@ -106,3 +133,13 @@ class ToolServicer:
             call.principal, request.session_id, request.execution_id
         )
         return pb.CancelCallResponse(call=call_to_proto(snapshot))
+
+    async def exchange(self, requests: AsyncIterator[pb.ExchangeRequest], call: Call) -> None:
+        if self._stopping:
+            raise shutting_down()
+        stream = ExchangeStream(self._exchange_operations, call)
+        self._exchanges.add(stream)
+        try:
+            await stream.serve(requests)
+        finally:
+            self._exchanges.discard(stream)

@@ -17,8 +17,10 @@ class CommandSpec:
     """Everything needed to start one approved command, and nothing the agent can change.
 
     Paths are canonical absolute host paths. `write_paths` are the approved write
-    declarations (files or directory trees) beyond the workspace; `network` is True only when
-    a network requirement of the call was approved.
+    declarations (files or directory trees) beyond the workspace; `read_paths` the approved
+    read declarations (made visible read-only even where the sandbox hides the host, such as
+    the server user's home); `network` is True only when a network requirement of the call
+    was approved.
     """
 
     command: str
@@ -35,6 +37,12 @@ class CommandSpec:
     hidden_dirs: tuple[str, ...] = ()
     stdin: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    read_paths: tuple[str, ...] = ()
+
+
+class CommandStartError(Exception):
+    """The command could not be started (a bind source vanished, the sandbox failed to come
+    up). The message is one sentence without host paths; the details are logged."""
 
 
 class RunningCommand(Protocol):

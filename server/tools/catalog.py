@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from callgate.server.core.tool import ToolPlugin
+from callgate.server.sandbox.runner import CommandRunner
 
+from .bash import BackgroundStarter, Bash, CommandSettings
 from .files import EditFile, ReadFile, WriteFile
+from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
 from .search import Glob, Grep
 
 
@@ -12,3 +15,17 @@ def file_tools(rg_path: str | None) -> list[ToolPlugin]:
     """ReadFile, WriteFile, EditFile, Glob and Grep. `rg_path` is the ripgrep executable
     Grep runs, or None for its pure-Python search (same output, slower)."""
     return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path)]
+
+
+def process_tools(services: ProcessServices) -> list[ToolPlugin]:
+    """ProcessOutput, ProcessInput and ProcessStop over the sessions' supervisors (the same
+    `services` background Bash starts its processes with)."""
+    return [ProcessOutput(services), ProcessInput(services), ProcessStop(services)]
+
+
+def command_tools(
+    runner: CommandRunner, settings: CommandSettings, background: BackgroundStarter | None = None
+) -> list[ToolPlugin]:
+    """Bash on the server's runner (bubblewrap or unconfined, chosen at start). Without a
+    `background` starter, `background: true` is refused at Prepare."""
+    return [Bash(runner, settings, background)]

@@ -40,13 +40,16 @@ class ScriptedToolService(tool_service_pb2_grpc.ToolServiceServicer):
     """Answers every RPC with the next outcome scripted for its method, else UNIMPLEMENTED.
 
     An outcome is a response message, a `grpc.Status` to abort with, `Hang()`, or for
-    InvokeStream a sequence of stream messages (optionally ending with a status).
+    InvokeStream a sequence of stream messages (optionally ending with a status). Exchange
+    is always UNIMPLEMENTED, as on a server that predates it, so the client under test falls
+    back to the unary RPCs scripted here; `exchange_attempts` counts its tries.
     """
 
     def __init__(self) -> None:
         self.outcomes: defaultdict[str, deque[Outcome]] = defaultdict(deque)
         self.received: list[Received] = []
         self.hanging = anyio.Event()
+        self.exchange_attempts = 0
 
     def script(self, method: str, *outcomes: Outcome) -> None:
         """Queues the answers to the next calls of `method`."""
@@ -160,6 +163,18 @@ class ScriptedToolService(tool_service_pb2_grpc.ToolServiceServicer):
                 await context.abort_with_status(item)
             assert isinstance(item, tool_service_pb2.InvokeStreamResponse)
             yield item
+
+    async def Exchange(
+        self,
+        request_iterator: AsyncIterator[tool_service_pb2.ExchangeRequest],
+        context: grpc.aio.ServicerContext[message.Message, message.Message],
+    ) -> AsyncIterator[tool_service_pb2.ExchangeResponse]:
+        self.exchange_attempts += 1
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details("Method not found!")
+        nothing: list[tool_service_pb2.ExchangeResponse] = []
+        for response in nothing:  # an async generator that answers nothing
+            yield response
 
     async def GetCall(
         self,

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.server.core.commands import WordKind, parse_command, parse_family
 from callgate.server.core.gate import AccessDefaults, Gate, Verdict
 from callgate.server.core.models import Access, DenialKind, Requirement, RequirementKind
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
@@ -130,8 +131,18 @@ def test_network_patterns_match_host_exactly_and_port_or_any_port(
     assert pattern_covers(NETWORK, pattern, match) is covered
 
 
+def test_command_families_cover_every_segment_and_exact_commands_only_themselves() -> None:
+    """A family alone covers a command whose every segment it covers; as a deny rule it refuses
+    a command with any matching segment."""
+    assert pattern_covers(COMMAND, "Bash(git log:*)", "git log --oneline")
+    assert not pattern_covers(COMMAND, "Bash(git log:*)", "git log; rm x")
+    assert deny(COMMAND, "Bash(rm:*)").covers(requirement(COMMAND, "git log; rm x"))
+    assert not allow(COMMAND, "Bash(rm:*)").covers(requirement(COMMAND, "git log; rm x"))
+    assert not deny(COMMAND, "Bash(rm:*)").covers(requirement(COMMAND, "git log"))
+
+
 def test_other_kinds_are_covered_only_by_an_identical_pattern() -> None:
-    """Commands, skills and process input have no wildcard forms yet: equality only."""
+    """Exact commands, skills and process input are compared for equality."""
     assert pattern_covers(COMMAND, "git status", "git status")
     assert not pattern_covers(COMMAND, "git status", "git status --short")
     assert not pattern_covers(COMMAND, "git", "git status")
@@ -164,6 +175,9 @@ def test_tree_coverage_is_component_prefix(
         (NETWORK, "tcp://host:*", "tcp://host:*"),
         (CONTEXT, "skill:pdf-tools", "skill:pdf-tools"),
         (COMMAND, "git status", "git status"),
+        (COMMAND, "  git status\n", "git status"),
+        (COMMAND, "Bash(git  log:*)", "Bash(git log:*)"),
+        (COMMAND, "Bash(npm run test:unit:*)", "Bash(npm run test:unit:*)"),
         (PROCESS, "cat", "cat"),
     ],
 )
@@ -188,7 +202,13 @@ def test_valid_patterns_are_normalized(kind: str, match: str, normalized: str) -
         (CONTEXT, "pdf"),
         (CONTEXT, "skill:"),
         (CONTEXT, "skill:Upper"),
-        (COMMAND, "Bash(git log:*)"),
+        (COMMAND, " \n "),
+        (COMMAND, "Bash(:*)"),
+        (COMMAND, "Bash( :*)"),
+        (COMMAND, "Bash(*)"),
+        (COMMAND, "Bash(git log)"),
+        (COMMAND, "Bash(git;rm:*)"),
+        (COMMAND, "Bash(git $x:*)"),
         ("teleport.beam", "anything"),
         ("", "/a"),
     ],
@@ -433,6 +453,54 @@ def test_workspace_scoped_rules_apply_only_to_their_root() -> None:
     )
 
 
+def test_command_segments_may_be_met_by_different_allow_rules() -> None:
+    """A chained command passes by policy when its segments are covered by different families,
+    and every family used is recorded; one uncovered segment leaves it for a human."""
+    rules = [
+        allow(COMMAND, "Bash(git status:*)", rule_id="status"),
+        allow(COMMAND, "Bash(head:*)", rule_id="head"),
+        allow(COMMAND, "Bash(git log:*)", rule_id="unused"),
+    ]
+    verdict = evaluate([requirement(COMMAND, "git status | head -5")], rules)
+    assert verdict.access is Access.ALLOW
+    assert verdict.rule_ids == ("head", "status")
+    chained = requirement(COMMAND, "git status | head -5; rm -rf x")
+    verdict = evaluate([chained], rules)
+    assert verdict.access is Access.GATED
+    assert verdict.unmet == (chained,)
+
+
+def test_a_deny_family_refuses_a_command_hidden_in_a_covered_one() -> None:
+    """Deny families look inside substitutions and shell strings, and win over allow rules."""
+    rules = [
+        allow(COMMAND, "Bash(git status:*)", rule_id="ok"),
+        allow(COMMAND, "git status $(rm -rf x)", rule_id="exact"),
+        deny(COMMAND, "Bash(rm:*)", rule_id="no-rm"),
+    ]
+    for command in ("git status $(rm -rf x)", "git status; bash -c 'rm -rf x'"):
+        verdict = evaluate([requirement(COMMAND, command)], rules)
+        assert denial_kind(verdict) is DenialKind.REFUSED
+        assert verdict.rule_ids == ("no-rm",)
+
+
+def test_an_exact_command_rule_allows_what_families_cannot() -> None:
+    """A command the parser cannot fully understand is met only by an identical exact rule."""
+    command = 'git status "unterminated'
+    families = [allow(COMMAND, "Bash(git status:*)")]
+    assert evaluate([requirement(COMMAND, command)], families).access is Access.GATED
+    exact = [*families, allow(COMMAND, command, rule_id="exact")]
+    verdict = evaluate([requirement(COMMAND, command)], exact)
+    assert verdict.access is Access.ALLOW
+    assert verdict.rule_ids == ("exact",)
+
+
+@pytest.mark.parametrize("command", [" git status", "git status\n", "\tls"])
+def test_a_command_requirement_that_is_not_normalized_is_denied(command: str) -> None:
+    """A command spelled with surrounding blanks would slip past an exact deny rule."""
+    verdict = evaluate([requirement(COMMAND, command)], [allow(COMMAND, "Bash(git status:*)")])
+    assert denial_kind(verdict) is DenialKind.OUT_OF_SCOPE
+
+
 class ExplodingRuleBook(RuleBook):
     """A rule store that fails while being consulted."""
 
@@ -455,12 +523,16 @@ _PATHS = [WS, f"{WS}/a", f"{WS}/a/b", f"{WS}/b", f"{WS}/.env", "/elsewhere/x"]
 _TARGETS: dict[str, list[str]] = {
     READ: _PATHS + [f"tree:{p}" for p in _PATHS],
     WRITE: _PATHS + [f"tree:{p}" for p in _PATHS],
-    COMMAND: ["ls", "git status", "rm -rf /"],
+    COMMAND: ["ls", "git status", "rm -rf /", "git status && ls -l", "ls; rm -rf /", "ls $(rm x)"],
     NETWORK: ["tcp://a.test:80", "tcp://a.test:443", "tcp://b.test:443"],
     CONTEXT: ["skill:pdf", "skill:web"],
     PROCESS: ["cat", "python3"],
 }
-_PATTERNS = {**_TARGETS, NETWORK: [*_TARGETS[NETWORK], "tcp://a.test:*", "tcp://b.test:*"]}
+_PATTERNS = {
+    **_TARGETS,
+    NETWORK: [*_TARGETS[NETWORK], "tcp://a.test:*", "tcp://b.test:*"],
+    COMMAND: [*_TARGETS[COMMAND], "Bash(ls:*)", "Bash(git status:*)", "Bash(rm:*)"],
+}
 _SCOPES = ["", f"session:{SESSION}", "session:ses_two", f"workspace:{WS}", "workspace:/other"]
 
 requirements = st.lists(
@@ -543,9 +615,34 @@ def test_an_allow_verdict_is_always_justified(
             assert not protected.is_protected(path)
             assert path == WS or path.startswith(WS + "/")
         default_allowed = req.kind in (READ, PROCESS)
-        assert default_allowed or any(
-            r.effect is Effect.ALLOW and r.covers(req) for r in applicable
-        )
+        allowing = [r for r in applicable if r.effect is Effect.ALLOW]
+        if req.kind == COMMAND:
+            assert _commands_cover(req.match, [r.match for r in allowing])
+            assert set(verdict.rule_ids) & {r.rule_id for r in allowing}
+            continue
+        assert default_allowed or any(r.covers(req) for r in allowing)
         assert default_allowed or set(verdict.rule_ids) & {
-            r.rule_id for r in applicable if r.effect is Effect.ALLOW and r.covers(req)
+            r.rule_id for r in allowing if r.covers(req)
         }
+
+
+def _commands_cover(command: str, patterns: Sequence[str]) -> bool:
+    """An independent statement of command coverage: an identical exact pattern, or a fully
+    understood parse whose every segment is simple and covered by some family."""
+    if command in patterns:
+        return True
+    parsed = parse_command(command)
+    families = [parse_family(p) for p in patterns if p.startswith("Bash(")]
+    return (
+        parsed.fully_understood
+        and bool(parsed.segments)
+        and all(
+            segment.simple
+            and any(
+                segment.words[: len(f.tokens)] == f.tokens
+                and all(k is WordKind.BARE for k in segment.kinds[: len(f.tokens)])
+                for f in families
+            )
+            for segment in parsed.segments
+        )
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,7 @@ import grpc
 
 from callgate.server.app import App, RunningServer
 from callgate.server.config import load_config
+from callgate.server.tools.registry import AnyTool
 from callgate.v1 import tool_service_pb2_grpc
 
 if TYPE_CHECKING:
@@ -47,11 +48,19 @@ class _StreamAuth(_AuthMetadata, grpc.aio.UnaryStreamClientInterceptor):
         return await continuation(self.details(details), request)
 
 
+class _BidiAuth(_AuthMetadata, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(
+        self, continuation: Callable[..., Any], details: Any, request_iterator: Any
+    ) -> Any:
+        return await continuation(self.details(details), request_iterator)
+
+
 @dataclass
 class Harness:
     """A running server plus what tests need to talk to it."""
 
     running: RunningServer
+    app: App
     workspace: Path
     state_dir: Path
     tokens: dict[str, str]
@@ -73,7 +82,7 @@ class Harness:
         target = self.unix_target if unix else self.tcp_target
         channel = grpc.aio.insecure_channel(
             target.replace("unix://", "unix:") if unix else target,
-            interceptors=[_UnaryAuth(secret), _StreamAuth(secret)],
+            interceptors=[_UnaryAuth(secret), _StreamAuth(secret), _BidiAuth(secret)],
         )
         self.channels.append(channel)
         return channel
@@ -85,8 +94,11 @@ class Harness:
 
 
 @asynccontextmanager
-async def serve(tmp_path: Path, **overrides: Any) -> AsyncIterator[Harness]:
-    """Start a server with a fresh workspace and state dir under `tmp_path`."""
+async def serve(
+    tmp_path: Path, tools: Iterable[AnyTool] = (), **overrides: Any
+) -> AsyncIterator[Harness]:
+    """Start a server with a fresh workspace and state dir under `tmp_path`, offering `tools`
+    (test tools such as `Slow`) besides its own."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     state_dir = tmp_path / "state"
@@ -100,6 +112,8 @@ async def serve(tmp_path: Path, **overrides: Any) -> AsyncIterator[Harness]:
     settings.update(overrides)
     config = load_config(None, settings, environ={})
     app = App(config)
+    for tool in tools:
+        app.tools.register(tool)
     channels: list[grpc.aio.Channel] = []
     try:
         async with app.running() as running:
@@ -108,7 +122,7 @@ async def serve(tmp_path: Path, **overrides: Any) -> AsyncIterator[Harness]:
                 role: (running.token_dir / role).read_text().strip()
                 for role in ("agent", "approver", "admin")
             }
-            harness = Harness(running, workspace, state_dir, tokens, channels)
+            harness = Harness(running, app, workspace, state_dir, tokens, channels)
             try:
                 yield harness
             finally:

@@ -10,6 +10,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -646,3 +647,129 @@ class CancelCallResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelCallResponse: _TypeAlias = CancelCallResponse  # noqa: Y015
+
+@_typing.final
+class ExchangeRequest(_message.Message):
+    """ExchangeRequest is one operation sent on an Exchange stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PREPARE_FIELD_NUMBER: _builtins.int
+    APPROVE_FIELD_NUMBER: _builtins.int
+    INVOKE_FIELD_NUMBER: _builtins.int
+    GET_CALL_FIELD_NUMBER: _builtins.int
+    CANCEL_CALL_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """Chosen by the client and echoed in the response to this operation. It must not be used
+    by another operation still in flight on the same stream (that one is answered with
+    INVALID_ARGUMENT / REQUEST_INVALID); it may be reused once its response has arrived.
+    """
+    @_builtins.property
+    def prepare(self) -> Global___PrepareRequest:
+        """Prepare: validates, normalizes and freezes a tool call (no effect)."""
+
+    @_builtins.property
+    def approve(self) -> Global___ApproveRequest:
+        """Approve: asks the gate to decide a call, optionally waiting for a human."""
+
+    @_builtins.property
+    def invoke(self) -> Global___InvokeRequest:
+        """Invoke: runs an APPROVED call once. Like the unary Invoke it names the call only and
+        carries no tool arguments.
+        """
+
+    @_builtins.property
+    def get_call(self) -> Global___GetCallRequest:
+        """GetCall: reads one call."""
+
+    @_builtins.property
+    def cancel_call(self) -> Global___CancelCallRequest:
+        """CancelCall: cancels a call that has not finished."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        prepare: Global___PrepareRequest | None = ...,
+        approve: Global___ApproveRequest | None = ...,
+        invoke: Global___InvokeRequest | None = ...,
+        get_call: Global___GetCallRequest | None = ...,
+        cancel_call: Global___CancelCallRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "cancel_call", b"cancel_call", "get_call", b"get_call", "invoke", b"invoke", "operation", b"operation", "prepare", b"prepare"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "cancel_call", b"cancel_call", "get_call", b"get_call", "id", b"id", "invoke", b"invoke", "operation", b"operation", "prepare", b"prepare"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_operation: _TypeAlias = _typing.Literal["prepare", "approve", "invoke", "get_call", "cancel_call"]  # noqa: Y015
+    _WhichOneofArgType_operation: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_operation) -> _WhichOneofReturnType_operation | None: ...
+
+Global___ExchangeRequest: _TypeAlias = ExchangeRequest  # noqa: Y015
+
+@_typing.final
+class ExchangeResponse(_message.Message):
+    """ExchangeResponse answers one ExchangeRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PREPARE_FIELD_NUMBER: _builtins.int
+    APPROVE_FIELD_NUMBER: _builtins.int
+    INVOKE_FIELD_NUMBER: _builtins.int
+    GET_CALL_FIELD_NUMBER: _builtins.int
+    CANCEL_CALL_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The `id` of the ExchangeRequest this answers."""
+    @_builtins.property
+    def prepare(self) -> Global___PrepareResponse:
+        """The answer to `prepare`."""
+
+    @_builtins.property
+    def approve(self) -> Global___ApproveResponse:
+        """The answer to `approve`."""
+
+    @_builtins.property
+    def invoke(self) -> Global___InvokeResponse:
+        """The answer to `invoke`: the final call and its result. A tool that ran and failed is
+        an answer with result.is_error, not an `error`.
+        """
+
+    @_builtins.property
+    def get_call(self) -> Global___GetCallResponse:
+        """The answer to `get_call`."""
+
+    @_builtins.property
+    def cancel_call(self) -> Global___CancelCallResponse:
+        """The answer to `cancel_call`."""
+
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """The operation failed: code, one-sentence message, and details (one
+        google.rpc.ErrorInfo with domain "callgate.dev" and a stable reason, plus
+        google.rpc.BadRequest field violations for argument errors), exactly as the unary RPC
+        would have ended. Unexpected server failures are INTERNAL with no details beyond
+        the reason.
+        """
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        prepare: Global___PrepareResponse | None = ...,
+        approve: Global___ApproveResponse | None = ...,
+        invoke: Global___InvokeResponse | None = ...,
+        get_call: Global___GetCallResponse | None = ...,
+        cancel_call: Global___CancelCallResponse | None = ...,
+        error: _status_pb2.Status | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "cancel_call", b"cancel_call", "error", b"error", "get_call", b"get_call", "invoke", b"invoke", "outcome", b"outcome", "prepare", b"prepare"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approve", b"approve", "cancel_call", b"cancel_call", "error", b"error", "get_call", b"get_call", "id", b"id", "invoke", b"invoke", "outcome", b"outcome", "prepare", b"prepare"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["prepare", "approve", "invoke", "get_call", "cancel_call", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___ExchangeResponse: _TypeAlias = ExchangeResponse  # noqa: Y015

@@ -100,6 +100,11 @@ class ToolServiceStub:
                 request_serializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.FromString,
                 _registered_method=True)
+        self.Exchange = channel.stream_stream(
+                '/callgate.v1.ToolService/Exchange',
+                request_serializer=callgate_dot_v1_dot_tool__service__pb2.ExchangeRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_tool__service__pb2.ExchangeResponse.FromString,
+                _registered_method=True)
 
 
 class ToolServiceServicer:
@@ -199,6 +204,35 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exchange(self, request_iterator, context):
+        """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
+        bidirectional stream, so that a tool call costs message round trips on an open stream
+        instead of whole RPCs. Each operation has exactly the semantics, validation and errors
+        of its unary RPC; only the framing differs:
+
+        - The principal is authenticated once, from the stream's `authorization` metadata; a
+        missing or invalid token ends the stream with UNAUTHENTICATED before any operation
+        runs.
+        - The client tags each operation with an `id`; the response echoes it. Operations run
+        concurrently and their responses arrive in completion order, not request order.
+        - An operation that fails is answered with `error` (the google.rpc.Status its unary
+        RPC would have ended with, ErrorInfo and BadRequest details included); the stream
+        stays open for further operations.
+        - At most 64 operations may be in flight on one stream; one more is answered with
+        RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT.
+        - The stream itself ends with an error only when it cannot continue: UNAUTHENTICATED,
+        INVALID_ARGUMENT / REQUEST_INVALID for a message that cannot be decoded (a string
+        field that is not valid UTF-8), UNAVAILABLE / SHUTTING_DOWN when the server stops
+        (after its operations in flight have been answered).
+        - When the client half-closes, the operations in flight are answered and the stream
+        ends OK. When the stream is abandoned (cancelled, or the connection lost), its
+        operations in flight stop: a running Invoke is cancelled, exactly like a cancelled
+        unary Invoke, and ends CANCELLED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -261,6 +295,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.CancelCall,
                     request_deserializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.SerializeToString,
+            ),
+            'Exchange': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exchange,
+                    request_deserializer=callgate_dot_v1_dot_tool__service__pb2.ExchangeRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_tool__service__pb2.ExchangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -593,6 +632,33 @@ class ToolService:
             '/callgate.v1.ToolService/CancelCall',
             callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.SerializeToString,
             callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exchange(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/callgate.v1.ToolService/Exchange',
+            callgate_dot_v1_dot_tool__service__pb2.ExchangeRequest.SerializeToString,
+            callgate_dot_v1_dot_tool__service__pb2.ExchangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,31 @@ class ToolServiceStub:
     """Lists a session's calls, newest first."""
     CancelCall: _grpc.UnaryUnaryMultiCallable[_tool_service_pb2.CancelCallRequest, _tool_service_pb2.CancelCallResponse]
     """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+    Exchange: _grpc.StreamStreamMultiCallable[_tool_service_pb2.ExchangeRequest, _tool_service_pb2.ExchangeResponse]
+    """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
+    bidirectional stream, so that a tool call costs message round trips on an open stream
+    instead of whole RPCs. Each operation has exactly the semantics, validation and errors
+    of its unary RPC; only the framing differs:
+
+    - The principal is authenticated once, from the stream's `authorization` metadata; a
+      missing or invalid token ends the stream with UNAUTHENTICATED before any operation
+      runs.
+    - The client tags each operation with an `id`; the response echoes it. Operations run
+      concurrently and their responses arrive in completion order, not request order.
+    - An operation that fails is answered with `error` (the google.rpc.Status its unary
+      RPC would have ended with, ErrorInfo and BadRequest details included); the stream
+      stays open for further operations.
+    - At most 64 operations may be in flight on one stream; one more is answered with
+      RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT.
+    - The stream itself ends with an error only when it cannot continue: UNAUTHENTICATED,
+      INVALID_ARGUMENT / REQUEST_INVALID for a message that cannot be decoded (a string
+      field that is not valid UTF-8), UNAVAILABLE / SHUTTING_DOWN when the server stops
+      (after its operations in flight have been answered).
+    - When the client half-closes, the operations in flight are answered and the stream
+      ends OK. When the stream is abandoned (cancelled, or the connection lost), its
+      operations in flight stop: a running Invoke is cancelled, exactly like a cancelled
+      unary Invoke, and ends CANCELLED.
+    """
 
 @_typing.type_check_only
 class ToolServiceAsyncStub(ToolServiceStub):
@@ -115,6 +140,31 @@ class ToolServiceAsyncStub(ToolServiceStub):
     """Lists a session's calls, newest first."""
     CancelCall: _aio.UnaryUnaryMultiCallable[_tool_service_pb2.CancelCallRequest, _tool_service_pb2.CancelCallResponse]  # type: ignore[assignment]
     """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+    Exchange: _aio.StreamStreamMultiCallable[_tool_service_pb2.ExchangeRequest, _tool_service_pb2.ExchangeResponse]  # type: ignore[assignment]
+    """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
+    bidirectional stream, so that a tool call costs message round trips on an open stream
+    instead of whole RPCs. Each operation has exactly the semantics, validation and errors
+    of its unary RPC; only the framing differs:
+
+    - The principal is authenticated once, from the stream's `authorization` metadata; a
+      missing or invalid token ends the stream with UNAUTHENTICATED before any operation
+      runs.
+    - The client tags each operation with an `id`; the response echoes it. Operations run
+      concurrently and their responses arrive in completion order, not request order.
+    - An operation that fails is answered with `error` (the google.rpc.Status its unary
+      RPC would have ended with, ErrorInfo and BadRequest details included); the stream
+      stays open for further operations.
+    - At most 64 operations may be in flight on one stream; one more is answered with
+      RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT.
+    - The stream itself ends with an error only when it cannot continue: UNAUTHENTICATED,
+      INVALID_ARGUMENT / REQUEST_INVALID for a message that cannot be decoded (a string
+      field that is not valid UTF-8), UNAVAILABLE / SHUTTING_DOWN when the server stops
+      (after its operations in flight have been answered).
+    - When the client half-closes, the operations in flight are answered and the stream
+      ends OK. When the stream is abandoned (cancelled, or the connection lost), its
+      operations in flight stop: a running Invoke is cancelled, exactly like a cancelled
+      unary Invoke, and ends CANCELLED.
+    """
 
 class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
     """ToolService is what an agent uses: sessions, loops, and the Prepare -> Approve -> Invoke
@@ -228,5 +278,36 @@ class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tool_service_pb2.CancelCallResponse, _abc.Awaitable[_tool_service_pb2.CancelCallResponse]]:
         """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+
+    @_abc_1.abstractmethod
+    def Exchange(
+        self,
+        request_iterator: _MaybeAsyncIterator[_tool_service_pb2.ExchangeRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tool_service_pb2.ExchangeResponse], _abc.AsyncIterator[_tool_service_pb2.ExchangeResponse]]:
+        """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
+        bidirectional stream, so that a tool call costs message round trips on an open stream
+        instead of whole RPCs. Each operation has exactly the semantics, validation and errors
+        of its unary RPC; only the framing differs:
+
+        - The principal is authenticated once, from the stream's `authorization` metadata; a
+          missing or invalid token ends the stream with UNAUTHENTICATED before any operation
+          runs.
+        - The client tags each operation with an `id`; the response echoes it. Operations run
+          concurrently and their responses arrive in completion order, not request order.
+        - An operation that fails is answered with `error` (the google.rpc.Status its unary
+          RPC would have ended with, ErrorInfo and BadRequest details included); the stream
+          stays open for further operations.
+        - At most 64 operations may be in flight on one stream; one more is answered with
+          RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT.
+        - The stream itself ends with an error only when it cannot continue: UNAUTHENTICATED,
+          INVALID_ARGUMENT / REQUEST_INVALID for a message that cannot be decoded (a string
+          field that is not valid UTF-8), UNAVAILABLE / SHUTTING_DOWN when the server stops
+          (after its operations in flight have been answered).
+        - When the client half-closes, the operations in flight are answered and the stream
+          ends OK. When the stream is abandoned (cancelled, or the connection lost), its
+          operations in flight stop: a running Invoke is cancelled, exactly like a cancelled
+          unary Invoke, and ends CANCELLED.
+        """
 
 def add_ToolServiceServicer_to_server(servicer: ToolServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,288 @@
+"""The bubblewrap runner: every command in a fresh mount, PID, IPC, UTS (and, unless a network
+requirement was approved, network) namespace, with the host read-only (DESIGN section 6).
+
+What the command sees:
+- `/` read-only; a fresh `/dev` (its own empty `/dev/shm`) and a fresh `/proc` of its own PID
+  namespace, so no host process (the server's `/proc/<pid>/environ` included) is visible;
+  `/proc/sys` and `/proc/sysrq-trigger` read-only (bubblewrap leaves them writable for a real
+  root, and a write there changes the host kernel);
+- private, empty `/tmp` and `/run` (the host's sockets live there: D-Bus, container runtimes,
+  a callgate socket). If `/etc/resolv.conf` points into `/run`, that one file is bound back;
+- `spec.hidden_dirs` (the server's state directory with its token files, the server user's
+  home) as empty tmpfs: they would be readable under the read-only `/` otherwise;
+- the workspace, the approved write declarations and the session's private HOME and TMPDIR
+  writable; the approved read declarations read-only (they may lie in a hidden directory);
+- `spec.masked_paths` (secrets inside the workspace) as an empty file (`/dev/null`) or an
+  empty tmpfs.
+
+Mounts are ordered by path depth, so a mount over a directory always comes before mounts
+inside it whatever their kind: the state directory is hidden after the workspace bind when it
+lies inside the workspace, and the session's HOME (inside the state directory) is bound after
+the state directory is hidden. A bind of exactly a hidden directory is dropped (hidden wins).
+
+The process runs with no capabilities (`--cap-drop ALL`: bubblewrap started by root would
+otherwise keep them all) and `no_new_privs` (bubblewrap always sets it), in a new session
+(`--new-session`: no TIOCSTI into the server's terminal), and dies with the server
+(`--die-with-parent`). The environment is exactly `spec.env`, handed to bubblewrap through
+execve rather than `--setenv` arguments: a command line is readable by every user of the host
+(`/proc/<pid>/cmdline`), an environment only by the same user.
+
+Process tree: bubblewrap's own init is PID 1 of the sandbox (`--info-fd` reports its host PID)
+and exits when the command exits; when a namespace's init exits the kernel kills every process
+left in it, and the init's exit completes only after they are gone. So SIGKILL to the init
+ends the whole tree, and the outer bubblewrap process (our child) exiting confirms it, since it
+waits for the init. Other signals go to every descendant of the init (`proctree`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import stat
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from callgate.server.core.models import SandboxMode
+from callgate.server.core.paths import is_within
+
+from . import proctree
+from .launch import KILL_CONFIRM_SECONDS, LaunchedCommand, spawn
+from .pipes import PipeReceiveStream
+from .runner import CommandSpec, CommandStartError
+
+log = logging.getLogger(__name__)
+
+BASH = "/bin/bash"
+# bubblewrap reports its init's PID within milliseconds; this only bounds a broken start.
+INFO_TIMEOUT_SECONDS = 10.0
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Mount:
+    """One mount of the plan: ordered by depth, then by kind (hide, read, write, mask)."""
+
+    depth: int
+    rank: int
+    path: str
+    args: tuple[str, ...]
+
+
+_HIDE, _READ, _WRITE, _MASK = range(4)
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _mask(path: str) -> _Mount | None:
+    """An empty tmpfs over a directory, the empty /dev/null over anything else; None when
+    the path does not exist (nothing to hide)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):
+        return _Mount(_depth(path), _MASK, path, ("--tmpfs", path))
+    return _Mount(_depth(path), _MASK, path, ("--ro-bind", "/dev/null", path))
+
+
+def _host_view() -> list[str]:
+    """The fixed part of the sandbox's filesystem (see the module docstring)."""
+    args = [
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--ro-bind", "/proc/sys", "/proc/sys",
+        "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger",
+        "--tmpfs", "/tmp",  # noqa: S108  # a private tmpfs inside the sandbox, not a host path
+    ]  # fmt: skip
+    for run in ("/run", "/var/run"):
+        if _is_dir(run) and not os.path.islink(run):
+            args += ["--tmpfs", run]
+    resolv = os.path.realpath(RESOLV_CONF)
+    if resolv != RESOLV_CONF and is_within(resolv, "/run") and os.path.isfile(resolv):
+        args += ["--ro-bind", resolv, resolv]
+    return args
+
+
+def mount_plan(spec: CommandSpec) -> list[str]:
+    """The bubblewrap mount arguments for `spec`, after the fixed host view."""
+    hidden = {d for d in spec.hidden_dirs if d != "/" and _is_dir(d)}
+    writable = [spec.workspace, *spec.write_paths]
+    mounts: list[_Mount] = [_Mount(_depth(d), _HIDE, d, ("--tmpfs", d)) for d in hidden]
+    for path in spec.read_paths:
+        # Already visible (and writable) through a write bind: a read bind would narrow it.
+        if path in hidden or any(is_within(path, w) for w in writable):
+            continue
+        mounts.append(_Mount(_depth(path), _READ, path, ("--ro-bind", path, path)))
+    binds = [spec.workspace, spec.home, spec.tmp]
+    binds += [w for w in spec.write_paths if not is_within(w, spec.workspace)]
+    for path in dict.fromkeys(binds):
+        if path not in hidden:
+            mounts.append(_Mount(_depth(path), _WRITE, path, ("--bind", path, path)))
+    for path in dict.fromkeys(spec.masked_paths):
+        # Inside a hidden directory a path is gone already; a mask would only add a mount.
+        if path != "/" and not any(is_within(path, h) for h in hidden):
+            mask = _mask(path)
+            if mask is not None:
+                mounts.append(mask)
+    args: list[str] = []
+    for mount in sorted(mounts):
+        args.extend(mount.args)
+    return args
+
+
+def bwrap_argv(bwrap: str, spec: CommandSpec, *, info_fd: int | None = None) -> list[str]:
+    """The whole bubblewrap command line for `spec` (an argv list, never a shell string)."""
+    argv = [bwrap, *_host_view(), *mount_plan(spec)]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not spec.network:
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", spec.workdir]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += ["--", BASH, "-c", spec.command]
+    return argv
+
+
+def _check_sources(spec: CommandSpec) -> None:
+    """Every bind source must exist: bubblewrap would fail with a message naming host paths."""
+    directories = (spec.workspace, spec.workdir, spec.home, spec.tmp)
+    if not all(_is_dir(d) for d in directories) or not all(
+        os.path.exists(p) for p in (*spec.write_paths, *spec.read_paths)
+    ):
+        raise CommandStartError(
+            "A directory or declared path the command needs does not exist any more; "
+            "prepare the call again."
+        )
+
+
+async def _read_to_end(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    data = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+            continue
+        if not chunk:
+            return bytes(data)
+        data += chunk
+
+
+class BwrapCommand(LaunchedCommand):
+    """A command in a bubblewrap sandbox; its tree is the sandbox's PID namespace."""
+
+    def __init__(self, process: anyio.abc.Process, output: PipeReceiveStream) -> None:
+        super().__init__(process, output)
+        self._outer_fd = proctree.open_verified_child(process.pid, os.getpid())
+        self._init_pid: int | None = None
+        self._init_fd: int | None = None
+
+    def _attach(self, info: bytes) -> None:
+        """Remember the sandbox's init from bubblewrap's `--info-fd` report."""
+        try:
+            pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return  # the sandbox never came up: the outer process is the whole tree
+        # The init is the outer bubblewrap's child, and the outer one is our unreaped child.
+        self._init_fd = proctree.open_verified_child(pid, self._process.pid)
+        if self._init_fd is not None:
+            self._init_pid = pid
+
+    def _signal_outer(self, signum: int) -> None:
+        if self._process.returncode is not None:
+            return
+        if self._outer_fd is not None:
+            proctree.pidfd_signal(self._outer_fd, signum)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._process.pid, signum)
+
+    def signal_tree(self, signum: int) -> None:
+        if self._process.returncode is not None:
+            return
+        if self._init_fd is None or self._init_pid is None:
+            # No sandbox init (yet): bubblewrap dying takes everything with it
+            # (--die-with-parent), so the outer process stands for the tree.
+            self._signal_outer(signum)
+        elif signum == signal.SIGKILL:
+            # The kernel kills every process of a PID namespace whose init dies.
+            proctree.pidfd_signal(self._init_fd, signal.SIGKILL)
+        else:
+            proctree.signal_descendants(self._init_pid, self._init_fd, signum)
+
+    async def terminate_tree(self, grace: float) -> None:
+        if self._process.returncode is not None:
+            return
+        if grace > 0:
+            self.signal_tree(signal.SIGTERM)
+            if await self._wait_bounded(grace):
+                return
+        self.signal_tree(signal.SIGKILL)
+        if not await self._wait_bounded(KILL_CONFIRM_SECONDS):
+            log.error("a sandboxed command did not end after SIGKILL")
+
+    def _exited(self) -> None:
+        proctree.close_fd(self._init_fd)
+        proctree.close_fd(self._outer_fd)
+        self._init_fd = self._outer_fd = None
+
+
+class BwrapRunner:
+    """Starts commands under bubblewrap (see the module docstring)."""
+
+    def __init__(self, bwrap: str) -> None:
+        self.bwrap = bwrap
+
+    @property
+    def mode(self) -> SandboxMode:
+        return SandboxMode.BWRAP
+
+    def argv(self, spec: CommandSpec, *, info_fd: int | None = None) -> list[str]:
+        return bwrap_argv(self.bwrap, spec, info_fd=info_fd)
+
+    async def start(self, spec: CommandSpec) -> BwrapCommand:
+        _check_sources(spec)
+        info_read, info_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                process, output = await spawn(
+                    self.argv(spec, info_fd=info_write),
+                    env=spec.env,
+                    cwd="/",
+                    stdin=spec.stdin,
+                    pass_fds=(info_write,),
+                )
+            finally:
+                os.close(info_write)
+            command = BwrapCommand(process, output)
+            try:
+                with anyio.fail_after(INFO_TIMEOUT_SECONDS):
+                    info = await _read_to_end(info_read)
+            except BaseException as exc:
+                # Cancelled or stuck while bubblewrap was starting: leave nothing behind.
+                with anyio.CancelScope(shield=True):
+                    await command.terminate_tree(0)
+                    await command.aclose()
+                if isinstance(exc, TimeoutError):
+                    raise CommandStartError("The sandbox did not start in time.") from None
+                raise
+        finally:
+            os.close(info_read)
+        command._attach(info)
+        return command
