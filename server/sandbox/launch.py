@@ -1,19 +1,26 @@
-"""What both runners share: starting the process with its output pipe, and the parts of a
-running command that do not depend on the confinement (output, stdin, exit code)."""
+"""What both runners share: starting the process with its pipes, reaping it, and the parts of a
+running command that do not depend on the confinement (output, stdin, exit status).
+
+A child is reaped through a pidfd watched by the event loop, not by asyncio's child watcher:
+no thread per command (the watcher's thread and its hand-off cost a measurable part of a
+short command), and no window in which the child is reaped but not yet known to be, so while
+`returncode` is None the child's PID (and process group) cannot have gone to another process.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
 import anyio
-import anyio.abc
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from .pipes import PipeReceiveStream, output_pipe
+from .pipes import PipeReceiveStream, PipeSendStream, output_pipe
 from .runner import CommandStartError
 
 log = logging.getLogger(__name__)
@@ -24,8 +31,52 @@ KILL_CONFIRM_SECONDS = 30.0
 
 
 def exit_status(returncode: int) -> int:
-    """A shell-style exit status: asyncio reports death by signal N as -N; a shell says 128+N."""
+    """A shell-style exit status: death by signal N is reported as -N; a shell says 128+N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+class Child:
+    """A started child process, reaped by the event loop when its pidfd becomes readable."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.pid = popen.pid
+        self._popen = popen
+        # Nothing else reaps our children, so the PID is still this child's here.
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self.returncode: int | None = None
+        self._exited = anyio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._pidfd, self._reap)
+
+    def _reap(self) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere after all: the status is lost
+            pid, status = self.pid, 255 << 8
+        if pid == 0:
+            return
+        self.returncode = os.waitstatus_to_exitcode(status)
+        # Popen must not try to reap it again (and warn) when it is collected.
+        self._popen.returncode = self.returncode
+        self._release()
+        self._exited.set()
+
+    def _release(self) -> None:
+        if self._pidfd is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def send_signal(self, signum: int) -> None:
+        """Signal the child itself; nothing happens once it has exited."""
+        if self._pidfd is not None and self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signum)
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self.returncode is not None
+        return self.returncode
 
 
 async def spawn(
@@ -35,14 +86,19 @@ async def spawn(
     cwd: str | None,
     stdin: bool,
     pass_fds: Sequence[int] = (),
-) -> tuple[anyio.abc.Process, PipeReceiveStream]:
-    """Start `argv` in a new session with stdout and stderr on one fresh pipe; returns the
-    process and the pipe's read end. Raises CommandStartError when it cannot start."""
+) -> tuple[Child, PipeReceiveStream, PipeSendStream | None]:
+    """Start `argv` in a new session with stdout and stderr on one fresh pipe and stdin from
+    /dev/null (or a pipe with `stdin`); returns the child, the output's read end and stdin's
+    write end. Raises CommandStartError when it cannot start."""
+    await anyio.lowlevel.checkpoint()
     read_fd, write_fd = output_pipe()
+    stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC) if stdin else (None, None)
     try:
-        process = await anyio.open_process(
+        # Inline, as asyncio's own subprocess transport does: Popen returns once the child
+        # has exec'd (vfork), well under a millisecond.
+        popen = subprocess.Popen(  # noqa: ASYNC220  # see above
             list(argv),
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin_read is None else stdin_read,
             stdout=write_fd,
             stderr=write_fd,
             cwd=cwd,
@@ -50,24 +106,32 @@ async def spawn(
             # Its own session and process group: a terminal's ^C for the server never
             # reaches it directly, and the unconfined runner signals the group.
             start_new_session=True,
-            pass_fds=pass_fds,
+            pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         os.close(read_fd)
+        if stdin_write is not None:
+            os.close(stdin_write)
         log.error("could not start a command", extra={"detail": f"{argv[0]}: {exc.strerror}"})
         raise CommandStartError(f"The command could not be started ({exc.strerror}).") from None
     finally:
         os.close(write_fd)
-    return process, PipeReceiveStream(read_fd)
+        if stdin_read is not None:
+            os.close(stdin_read)
+    stdin_stream = None if stdin_write is None else PipeSendStream(stdin_write)
+    return Child(popen), PipeReceiveStream(read_fd), stdin_stream
 
 
 class LaunchedCommand:
     """A started process: combined output, optional stdin, exit status. Subclasses decide
     what its process tree is and how it is signalled."""
 
-    def __init__(self, process: anyio.abc.Process, output: PipeReceiveStream) -> None:
-        self._process = process
+    def __init__(
+        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+    ) -> None:
+        self._child = child
         self._output = output
+        self._stdin = stdin
 
     @property
     def output(self) -> ByteReceiveStream:
@@ -75,16 +139,16 @@ class LaunchedCommand:
 
     @property
     def stdin(self) -> ByteSendStream | None:
-        return self._process.stdin
+        return self._stdin
 
     @property
     def returncode(self) -> int | None:
-        code = self._process.returncode
+        code = self._child.returncode
         return None if code is None else exit_status(code)
 
     async def wait(self) -> int:
         """Wait for the command's own process to exit (128+N for death by signal N)."""
-        code = exit_status(await self._process.wait())
+        code = exit_status(await self._child.wait())
         self._exited()
         return code
 
@@ -95,11 +159,10 @@ class LaunchedCommand:
         """Wait up to `seconds` for the process to exit; True when it did."""
         with anyio.move_on_after(seconds):
             await self.wait()
-        return self._process.returncode is not None
+        return self._child.returncode is not None
 
     async def aclose(self) -> None:
         """Close stdin and the output pipe (the process itself is left as it is)."""
-        if self._process.stdin is not None:
-            with contextlib.suppress(Exception):
-                await self._process.stdin.aclose()
+        if self._stdin is not None:
+            await self._stdin.aclose()
         await self._output.aclose()

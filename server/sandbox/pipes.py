@@ -1,5 +1,6 @@
-"""The output pipe of a command: one pipe for stdout and stderr (so their order is kept), read
-without blocking the event loop and without the copies of an asyncio stream reader."""
+"""A command's pipes: one output pipe for stdout and stderr (so their order is kept), read
+without blocking the event loop and without the copies of an asyncio stream reader, and the
+stdin pipe written the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import anyio
 import anyio.lowlevel
 from anyio import BrokenResourceError, ClosedResourceError, EndOfStream
-from anyio.abc import ByteReceiveStream
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 # A larger pipe lets a fast writer run ahead while the reader forwards a chunk (Linux caps
 # unprivileged pipes at /proc/sys/fs/pipe-max-size, 1 MiB by default).
@@ -52,6 +53,38 @@ class PipeReceiveStream(ByteReceiveStream):
             if not data:
                 raise EndOfStream
             return data
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)
+        await anyio.lowlevel.checkpoint()
+
+
+class PipeSendStream(ByteSendStream):
+    """The write end of a pipe (a command's stdin) as an anyio byte stream: `send` waits while
+    the pipe is full and raises BrokenResourceError once the reader is gone."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+
+    async def send(self, item: bytes) -> None:
+        await anyio.lowlevel.checkpoint()
+        view = memoryview(item)
+        while view:
+            if self._closed:
+                raise ClosedResourceError
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+                continue
+            except OSError as exc:  # EPIPE: the command closed its stdin or exited
+                raise BrokenResourceError from exc
+            view = view[written:]
 
     async def aclose(self) -> None:
         if not self._closed:

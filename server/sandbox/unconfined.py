@@ -9,7 +9,9 @@ This is weaker than bubblewrap on purpose and says so at start and in every Sess
   `setsid` command word in unconfined mode, but any program may call setsid(2) itself.
 - a process group is named by a number: it is signalled with killpg only while its leader
   (our child) is unreaped, which keeps the number from being reused; after that, each member
-  is found in /proc, checked to be in the group, and signalled through a pidfd.
+  is found in /proc, checked to be in the group, and signalled through a pidfd. (Once every
+  member is gone the number could in principle be reused before the next look; the group is
+  then marked gone and never looked for again.)
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ import os
 import signal
 
 import anyio
-import anyio.abc
 
 from callgate.server.core.models import SandboxMode
 
 from . import proctree
-from .launch import KILL_CONFIRM_SECONDS, LaunchedCommand, spawn
-from .pipes import PipeReceiveStream
+from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
+from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec
 
 log = logging.getLogger(__name__)
@@ -39,16 +40,18 @@ _GROUP_POLL_SECONDS = 0.01
 class UnconfinedCommand(LaunchedCommand):
     """A command whose tree is its process group (see the module docstring)."""
 
-    def __init__(self, process: anyio.abc.Process, output: PipeReceiveStream) -> None:
-        super().__init__(process, output)
+    def __init__(
+        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+    ) -> None:
+        super().__init__(child, output, stdin)
         # start_new_session: the child leads a new session and process group.
-        self._pgid = process.pid
+        self._pgid = child.pid
         self._group_gone = False
 
     def signal_tree(self, signum: int) -> None:
         if self._group_gone:
             return
-        if self._process.returncode is None:
+        if self._child.returncode is None:
             # The leader is unreaped, so the group's number is still ours.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._pgid, signum)
@@ -59,7 +62,7 @@ class UnconfinedCommand(LaunchedCommand):
     def _tree_alive(self) -> bool:
         if self._group_gone:
             return False
-        if self._process.returncode is None:
+        if self._child.returncode is None:
             return True
         if proctree.live_group_members(self._pgid):
             return True
@@ -73,7 +76,7 @@ class UnconfinedCommand(LaunchedCommand):
             while self._tree_alive():
                 if resignal:
                     self.signal_tree(resignal)
-                if self._process.returncode is None:
+                if self._child.returncode is None:
                     with anyio.move_on_after(_GROUP_POLL_SECONDS):
                         await self.wait()
                 else:
@@ -99,7 +102,7 @@ class UnconfinedRunner:
         return SandboxMode.NONE
 
     async def start(self, spec: CommandSpec) -> UnconfinedCommand:
-        process, output = await spawn(
+        child, output, stdin = await spawn(
             [BASH, "-c", spec.command], env=spec.env, cwd=spec.workdir, stdin=spec.stdin
         )
-        return UnconfinedCommand(process, output)
+        return UnconfinedCommand(child, output, stdin)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import logging
 import os
 import posixpath
 import re
@@ -64,7 +63,7 @@ from callgate.server.core.models import (
     SandboxMode,
     ToolResult,
 )
-from callgate.server.core.paths import ProtectedPaths
+from callgate.server.core.paths import ProtectedPaths, is_within
 from callgate.server.core.rules import is_network_target
 from callgate.server.core.tool import Arguments, Artifact, OutputSink, Prepared, Tool, ToolContext
 from callgate.server.sandbox.runner import (
@@ -76,8 +75,6 @@ from callgate.server.sandbox.runner import (
 
 from .files import display
 from .search import NOISE_NAMES
-
-log = logging.getLogger(__name__)
 
 MAX_COMMAND_BYTES = 64 << 10
 MAX_DECLARATIONS = 32
@@ -501,8 +498,16 @@ def command_spec(
         _recheck_declaration(declaration, ctx, "write")
     home, tmp = _private_dirs(ctx)
     protected = ctx.workspace.protected
-    masked = [*settings.masked_paths, *protected_below(ctx.workspace.root, protected)]
-    for declaration in (*artifact.read, *artifact.write):
+    root = ctx.workspace.root
+    # Paths inside the workspace are bound (and walked for secrets) with it; only the ones
+    # outside need their own bind and walk.
+    writes = tuple(d for d in artifact.write if not is_within(d.path, root))
+    reads = tuple(d for d in artifact.read if not is_within(d.path, root))
+    # The server user's home is hidden unless the workspace is that home or holds it: what a
+    # session's workspace holds is the session's to see (its secrets are masked like any).
+    hidden = [*protected.roots, *(d for d in settings.hidden_dirs if not is_within(d, root))]
+    masked = [*settings.masked_paths, *protected_below(root, protected)]
+    for declaration in (*reads, *writes):
         if declaration.is_tree:
             masked += protected_below(declaration.path, protected)
     return CommandSpec(
@@ -512,11 +517,11 @@ def command_spec(
         home=home,
         tmp=tmp,
         env=command_env(home, tmp, settings),
-        write_paths=tuple(d.path for d in artifact.write),
-        read_paths=tuple(d.path for d in artifact.read),
+        write_paths=tuple(d.path for d in writes),
+        read_paths=tuple(d.path for d in reads),
         network=bool(artifact.network),
         masked_paths=tuple(dict.fromkeys(masked)),
-        hidden_dirs=tuple(dict.fromkeys((*protected.roots, *settings.hidden_dirs))),
+        hidden_dirs=tuple(dict.fromkeys(hidden)),
         stdin=stdin,
     )
 
@@ -689,6 +694,8 @@ class Bash(Tool[BashArguments, BashArtifact]):
         workdir = ctx.workspace.resolve(workdir_arg or ".", "workdir")
         if not os.path.isdir(workdir):
             raise arguments_invalid("workdir", "the working directory is not a directory")
+        if ctx.workspace.protected.is_protected(workdir):
+            raise arguments_invalid("workdir", "the working directory is a protected path")
         access = args.access or AccessArguments()
         read = _dedupe(
             [

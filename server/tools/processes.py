@@ -137,20 +137,24 @@ async def read_output(
 ) -> tuple[dict[str, object], OutputChunk]:
     """A process's state with up to `limit` bytes of output from `cursor`. Raises
     CursorAhead. In text mode a character or escape sequence cut at the end of the read is
-    left for the next read (never all of it, so a read always makes progress)."""
+    left for the next read (never all of it, so a read always makes progress), and the text
+    is shortened until its JSON takes no more room than base64 of `limit` bytes would (an
+    invalid byte becomes a 3-byte U+FFFD, a quote an escaped pair)."""
     running = process.is_running
     chunk = await process.log.read(cursor, limit)
     data = chunk.data
-    if encoding == "text" and (running or chunk.end < chunk.total):
-        hold = unfinished_tail(data)
-        if 0 < hold < len(data):
-            data = data[:-hold]
-            chunk = OutputChunk(data, chunk.start, chunk.gap, chunk.total)
+    more = running or chunk.end < chunk.total
+    if encoding == "text":
+        data, output = _text_within(data, more, limit * 4 // 3 + 4)
+    else:
+        output = base64.b64encode(data).decode()
+    if len(data) != len(chunk.data):
+        chunk = OutputChunk(data, chunk.start, chunk.gap, chunk.total)
     fields = process_state(process)
     # The state was taken after the read: a process seen as ended had written all of it.
     fields["total_bytes"] = chunk.total if running else process.log.total
     fields.update(
-        output=safe_text(data) if encoding == "text" else base64.b64encode(data).decode(),
+        output=output,
         encoding=encoding,
         start_cursor=chunk.start,
         next_cursor=chunk.end,
@@ -159,6 +163,34 @@ async def read_output(
     if chunk.gap:
         fields["dropped_bytes"] = chunk.start - cursor
     return fields, chunk
+
+
+def _text_within(data: bytes, more: bool, budget: int) -> tuple[bytes, str]:
+    """The longest prefix of `data` (all of it, usually) whose safe text fits `budget` bytes
+    of JSON, and that text. With `more` output to come, an unfinished tail is held back."""
+    while True:
+        if more:
+            hold = unfinished_tail(data)
+            if 0 < hold < len(data):
+                data = data[:-hold]
+        text = safe_text(data)
+        size = _json_size(text)
+        if size <= budget or len(data) <= 1:
+            return data, text
+        data = data[: max(1, len(data) * budget // size)]
+        more = True
+
+
+def _json_size(text: str) -> int:
+    """Bytes of `text` as a JSON string body with ensure_ascii=False (safe text holds no
+    control characters but newline and tab, which JSON escapes as two bytes each)."""
+    return (
+        len(text.encode("utf-8"))
+        + text.count('"')
+        + text.count("\\")
+        + text.count("\n")
+        + text.count("\t")
+    )
 
 
 def describe(fields: Mapping[str, object], cursor: int) -> str:
@@ -173,8 +205,7 @@ def describe(fields: Mapping[str, object], cursor: int) -> str:
             f" of {fields['total_bytes']}"
         )
         if fields.get("gap"):
-            dropped = int(str(fields["start_cursor"])) - cursor
-            line += f" ({dropped} bytes after cursor {cursor} were dropped)"
+            line += f" ({fields['dropped_bytes']} bytes after cursor {cursor} were dropped)"
     return line
 
 

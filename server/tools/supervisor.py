@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
+import select
 import signal
 import time
 from collections import deque
@@ -37,14 +38,16 @@ log = logging.getLogger(__name__)
 
 # How much the output reader takes from the pipe at a time.
 READ_CHUNK_BYTES = 64 << 10
-# Input is written in pieces of this size, so a timed-out write leaves at most one piece
-# buffered in the pipe transport (and the count of accepted bytes stays meaningful).
-INPUT_PIECE_BYTES = 64 << 10
+# Input is written in pieces of PIPE_BUF bytes: a pipe takes such a write whole or not at
+# all, so when a write times out the count of accepted bytes is exact.
+INPUT_PIECE_BYTES = select.PIPE_BUF
 # After the command exits: how long its output may take to reach end-of-file once what is left
 # of its tree is gone (a pipe held by an escaped process would otherwise keep the reader).
 DRAIN_AFTER_EXIT_SECONDS = 2.0
 # Grace for the rest of a tree when its command has exited on its own.
 LEFTOVER_GRACE_SECONDS = 0.5
+# How long closing waits for starts in flight (a runner that is starting a command) to settle.
+START_SETTLE_SECONDS = 10.0
 
 
 class ProcessReason(enum.StrEnum):
@@ -119,8 +122,7 @@ class InputOutcome(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class InputResult:
     outcome: InputOutcome
-    # Bytes the process's stdin accepted. After a backpressure timeout up to one more piece
-    # (INPUT_PIECE_BYTES) may still be delivered from the pipe's buffer.
+    # Bytes the process's stdin pipe took (the rest of the data was not written).
     accepted_bytes: int
     eof_sent: bool = False
 
@@ -197,6 +199,10 @@ class ProcessSupervisor:
         starting = self._starting.get(loop_id, 0) if loop_id else sum(self._starting.values())
         return running + starting
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def kept_count(self) -> int:
         return len(self._processes)
 
@@ -221,33 +227,39 @@ class ProcessSupervisor:
         self._starting[loop_id] = self._starting.get(loop_id, 0) + 1
         try:
             running = await launch()
+            process_id = new_process_id()
+            try:
+                if self._closed:
+                    raise SupervisorClosed
+                output = OutputLog(
+                    self.settings.ring_bytes,
+                    self._spool_path(process_id),
+                    self.settings.spool_bytes,
+                )
+                process = SupervisedProcess(
+                    process_id=process_id,
+                    loop_id=loop_id,
+                    command=command,
+                    running=running,
+                    log=output,
+                    time_limit=time_limit,
+                    start_monotonic=time.monotonic(),
+                )
+                self._processes[process_id] = process
+                self._resources.spawn(lambda: self._supervise(process))
+            except BaseException:
+                self._processes.pop(process_id, None)
+                with anyio.CancelScope(shield=True):
+                    await running.terminate_tree(0)
+                    await _close_streams(running)
+                raise
         finally:
+            # Only now: a closing supervisor waits for starts in flight to settle, so a
+            # command started while the session closes is gone before the close returns.
             self._starting[loop_id] -= 1
             if not self._starting[loop_id]:
                 del self._starting[loop_id]
-        process_id = new_process_id()
-        try:
-            if self._closed:
-                raise SupervisorClosed
-            output = OutputLog(
-                self.settings.ring_bytes, self._spool_path(process_id), self.settings.spool_bytes
-            )
-            process = SupervisedProcess(
-                process_id=process_id,
-                loop_id=loop_id,
-                command=command,
-                running=running,
-                log=output,
-                time_limit=time_limit,
-                start_monotonic=time.monotonic(),
-            )
-            self._processes[process_id] = process
-            self._resources.spawn(lambda: self._supervise(process))
-        except BaseException:
-            self._processes.pop(process_id, None)
-            with anyio.CancelScope(shield=True):
-                await running.terminate_tree(0)
-            raise
+            self._notify()
         log.info("process started", extra={"detail": process_id})
         return process
 
@@ -452,6 +464,9 @@ class ProcessSupervisor:
         self._closed = True
         self._notify()
         with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(START_SETTLE_SECONDS):
+                while self._starting:
+                    await self._changed.wait()
             async with anyio.create_task_group() as tasks:
                 for process in list(self._processes.values()):
                     if process.is_running:

@@ -7,6 +7,9 @@ import base64
 import hashlib
 import json
 import os
+import secrets
+import select
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from callgate.server.core.errors import InvalidArgument
+from callgate.server.core.errors import InvalidArgument, ResourceExhausted
 from callgate.server.core.models import ToolResult
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths, Workspace
 from callgate.server.core.resources import SessionResources
 from callgate.server.core.tool import LoopState, ToolContext, ToolLimits, ToolPlugin
-from callgate.server.sandbox.runner import CommandRunner, CommandSpec
+from callgate.server.sandbox.bwrap import BwrapRunner
+from callgate.server.sandbox.runner import CommandRunner, CommandSpec, RunningCommand
 from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.tools.catalog import process_tools
 from callgate.server.tools.processes import (
@@ -36,6 +41,7 @@ from callgate.server.tools.supervisor import (
     ProcessReason,
     ProcessSupervisor,
     SupervisedProcess,
+    SupervisorClosed,
     SupervisorSettings,
 )
 from tests.tools.drive import execute, invalid_field
@@ -84,9 +90,18 @@ class Session:
         )
 
 
+def make_runner(sandbox: str) -> CommandRunner:
+    if sandbox == "bwrap":
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            pytest.skip("bubblewrap is not installed")
+        return BwrapRunner(bwrap)
+    return UnconfinedRunner()
+
+
 @asynccontextmanager
 async def open_session(
-    tmp_path: Path, settings: SupervisorSettings | None = None
+    tmp_path: Path, settings: SupervisorSettings | None = None, sandbox: str = "none"
 ) -> AsyncIterator[Session]:
     """A session whose background tasks run in a task group, closed (processes and all) on
     exit."""
@@ -95,7 +110,7 @@ async def open_session(
     async with anyio.create_task_group() as tasks:
         resources = SessionResources("ses_test", tmp_path / "sessions", tasks.start_soon)
         try:
-            yield Session(ProcessServices(settings), resources, workspace, UnconfinedRunner())
+            yield Session(ProcessServices(settings), resources, workspace, make_runner(sandbox))
         finally:
             with anyio.fail_after(10):
                 await resources.aclose()
@@ -129,10 +144,22 @@ async def wait_finished(process: SupervisedProcess) -> None:
 
 
 # Says "ready" once every background job of the shell runs its own program (has exec'd).
-READY_WHEN_SLEEPING = (
-    "for p in $(jobs -p); do until grep -qzxF 1000.789 /proc/$p/cmdline; do :; done; done; "
-    "echo ready; wait"
-)
+# Digits that make this test run's marker arguments its own (runs may be concurrent).
+RUN = f"{secrets.randbelow(10**9):09d}"
+
+
+def marker(base: str) -> str:
+    """A sleep argument unique to this test run, e.g. 1000.789<RUN>."""
+    return base + RUN
+
+
+def ready_when_sleeping(mark: str) -> str:
+    """Says "ready" once every background job of the shell runs its own program (its
+    argv holds `mark`), i.e. has exec'd."""
+    return (
+        f"for p in $(jobs -p); do until grep -qzxF {mark} /proc/$p/cmdline; do :; done; done; "
+        "echo ready; wait"
+    )
 
 
 def pids_running(marker: str) -> list[int]:
@@ -298,9 +325,10 @@ async def test_process_output_arguments_are_checked_at_prepare(tmp_path: Path) -
 # Input ----------------------------------------------------------------------------------------
 
 
-async def test_input_round_trips_through_cat_and_eof_ends_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+async def test_input_round_trips_through_cat_and_eof_ends_it(tmp_path: Path, sandbox: str) -> None:
     """Text written to cat's stdin comes back as output; eof ends cat with exit code 0."""
-    async with open_session(tmp_path) as session:
+    async with open_session(tmp_path, sandbox=sandbox) as session:
         process = await session.start("cat")
         tool = ProcessInput(session.services)
         ctx = session.context()
@@ -342,7 +370,7 @@ async def test_input_to_a_process_that_never_reads_is_backpressure_in_bounded_ti
     write bound, and other calls keep being served meanwhile."""
     settings = SupervisorSettings(input_timeout_seconds=0.3)
     async with open_session(tmp_path, settings) as session:
-        stuck = await session.start("sleep 1000.321")
+        stuck = await session.start(f"sleep {marker('1000.321')}")
         chatty = await session.start("cat")
         tool = ProcessInput(session.services)
         ctx = session.context()
@@ -351,7 +379,9 @@ async def test_input_to_a_process_that_never_reads_is_backpressure_in_bounded_ti
         assert time.monotonic() - started < 3
         assert result.error_code == "input_backpressure"
         accepted = int(str(payload(result)["accepted_bytes"]))
+        # Whole PIPE_BUF pieces, each taken entirely or not at all: the count is exact.
         assert 0 < accepted < 1 << 20
+        assert accepted % select.PIPE_BUF == 0
         # The writer is not stuck and the server is responsive: another process takes input.
         ok = await execute(tool, {"process_id": chatty.process_id, "data": "hi\n"}, ctx)
         assert not ok.is_error
@@ -383,21 +413,22 @@ async def test_input_checks_size_and_owner_at_prepare(tmp_path: Path) -> None:
 # Stop -----------------------------------------------------------------------------------------
 
 
-async def test_stop_modes_end_the_tree_with_their_reasons(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+async def test_stop_modes_end_the_tree_with_their_reasons(tmp_path: Path, sandbox: str) -> None:
     """interrupt -> interrupted (SIGINT), terminate -> terminated, kill -> killed; a
     terminate that is ignored escalates to kill after the grace."""
-    async with open_session(tmp_path) as session:
+    async with open_session(tmp_path, sandbox=sandbox) as session:
         tool = ProcessStop(session.services)
         ctx = session.context()
         cases = [
-            ("echo ready; exec sleep 1000.11", "interrupt", 5000, "interrupted", 130),
-            ("echo ready; exec sleep 1000.12", "terminate", 5000, "terminated", 143),
-            ("echo ready; exec sleep 1000.13", "kill", 5000, "killed", 137),
-            ("trap '' TERM; echo ready; sleep 1000.14 & wait", "terminate", 100, "killed", 137),
+            ("echo ready; exec sleep {}", "interrupt", 5000, "interrupted", 130),
+            ("echo ready; exec sleep {}", "terminate", 5000, "terminated", 143),
+            ("echo ready; exec sleep {}", "kill", 5000, "killed", 137),
+            ("trap '' TERM; echo ready; sleep {} & wait", "terminate", 100, "killed", 137),
         ]
-        for command, mode, grace, reason, code in cases:
-            marker = command.split("sleep ")[1].split()[0]  # the sleep's argument
-            process = await session.start(command)
+        for index, (template, mode, grace, reason, code) in enumerate(cases):
+            mark = marker(f"1000.1{index}")
+            process = await session.start(template.format(mark))
             with anyio.fail_after(5):
                 # Stop only once the command is set up (its trap installed).
                 await output(session, process_id=process.process_id, wait="any")
@@ -406,9 +437,9 @@ async def test_stop_modes_end_the_tree_with_their_reasons(tmp_path: Path) -> Non
                 )
             got = payload(result)
             assert (got["status"], got["reason"], got["exit_code"]) == ("exited", reason, code), (
-                command
+                template
             )
-            assert pids_running(marker) == []
+            assert pids_running(mark) == []
 
 
 async def test_stop_is_idempotent_on_a_finished_process(tmp_path: Path) -> None:
@@ -427,10 +458,10 @@ async def test_stop_is_idempotent_on_a_finished_process(tmp_path: Path) -> None:
 async def test_a_time_limit_kills_the_tree_as_timed_out(tmp_path: Path) -> None:
     """A process with a time limit is terminated at its deadline with reason timed_out."""
     async with open_session(tmp_path) as session:
-        process = await session.start("sleep 1000.2", time_limit=0.2)
+        process = await session.start(f"sleep {marker('1000.2')}", time_limit=0.2)
         await wait_finished(process)
     assert process.reason is ProcessReason.TIMED_OUT
-    assert pids_running("1000.2") == []
+    assert pids_running(marker("1000.2")) == []
 
 
 # Ownership and limits -------------------------------------------------------------------------
@@ -452,21 +483,26 @@ async def test_another_loops_process_is_not_found(tmp_path: Path) -> None:
 
 
 async def test_eight_running_per_loop_and_the_session_limit(tmp_path: Path) -> None:
-    """The ninth running process of a loop is refused (another loop may still start one);
-    the session limit counts every loop."""
+    """The ninth running process of a loop is refused, at start and by the Prepare-time
+    check (another loop may still start one); the session limit counts every loop."""
     settings = SupervisorSettings(max_running_per_session=10)
     async with open_session(tmp_path, settings) as session:
         for _ in range(8):
-            await session.start("sleep 1000.4")
+            await session.start(f"sleep {marker('1000.4')}")
         with pytest.raises(ProcessLimitReached) as raised:
-            await session.start("sleep 1000.4")
+            await session.start(f"sleep {marker('1000.4')}")
         assert (raised.value.scope, raised.value.limit) == ("loop", 8)
-        await session.start("sleep 1000.4", loop_id="loop_b")
-        await session.start("sleep 1000.4", loop_id="loop_b")
+        # The Prepare-time form of the same check.
+        with pytest.raises(ResourceExhausted) as exhausted:
+            session.services.check_capacity(session.context())
+        assert exhausted.value.reason == "PROCESS_LIMIT"
+        session.services.check_capacity(session.context("loop_b"))
+        await session.start(f"sleep {marker('1000.4')}", loop_id="loop_b")
+        await session.start(f"sleep {marker('1000.4')}", loop_id="loop_b")
         with pytest.raises(ProcessLimitReached) as raised:
-            await session.start("sleep 1000.4", loop_id="loop_c")
+            await session.start(f"sleep {marker('1000.4')}", loop_id="loop_c")
         assert (raised.value.scope, raised.value.limit) == ("session", 10)
-    assert pids_running("1000.4") == []
+    assert pids_running(marker("1000.4")) == []
 
 
 async def test_the_hundred_newest_finished_processes_are_kept(tmp_path: Path) -> None:
@@ -490,15 +526,17 @@ async def test_the_hundred_newest_finished_processes_are_kept(tmp_path: Path) ->
         assert runner.is_running
 
 
-async def test_closing_the_session_terminates_every_tree(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+async def test_closing_the_session_terminates_every_tree(tmp_path: Path, sandbox: str) -> None:
     """After the session's resources close, no process of any tree is left (one of them
     ignores SIGTERM), and the spool files are gone."""
     settings = SupervisorSettings(close_grace_seconds=0.2)
-    async with open_session(tmp_path, settings) as session:
+    mark = marker("1000.789")
+    async with open_session(tmp_path, settings, sandbox) as session:
         processes = [
-            await session.start(f"sleep 1000.789 & sleep 1000.789 & {READY_WHEN_SLEEPING}"),
+            await session.start(f"sleep {mark} & sleep {mark} & {ready_when_sleeping(mark)}"),
             await session.start(
-                f"trap '' TERM INT; sleep 1000.789 & {READY_WHEN_SLEEPING}", loop_id="loop_b"
+                f"trap '' TERM INT; sleep {mark} & {ready_when_sleeping(mark)}", loop_id="loop_b"
             ),
         ]
         for process in processes:
@@ -509,10 +547,10 @@ async def test_closing_the_session_terminates_every_tree(tmp_path: Path) -> None
             assert got["output"] == "ready\n"
         spools = session.resources.private_dir() / "processes"
         assert len(list(spools.iterdir())) == 2
-        assert len(pids_running("1000.789")) == 3
+        assert len(pids_running(mark)) == 3
         with anyio.fail_after(10):
             await session.resources.aclose()
-        assert pids_running("1000.789") == []
+        assert pids_running(mark) == []
         assert not spools.exists()
 
 
@@ -528,3 +566,67 @@ def test_process_tools_register_with_described_schemas() -> None:
         schema = json.loads(info.input_schema_json)
         assert schema["additionalProperties"] is False
         assert all("description" in field for field in schema["properties"].values())
+
+
+async def test_a_command_started_while_the_session_closes_is_gone_when_close_returns(
+    tmp_path: Path,
+) -> None:
+    """A start whose runner is still starting the command when the close begins ends with
+    SupervisorClosed, and its tree is gone by the time the close returns."""
+    mark = marker("1000.55")
+    async with open_session(tmp_path) as session:
+        supervisor = session.supervisor
+        release = anyio.Event()
+        outcome: list[BaseException] = []
+        spec = CommandSpec(
+            command=f"exec sleep {mark}",
+            workdir=str(session.workspace),
+            workspace=str(session.workspace),
+            home=str(session.workspace),
+            tmp=str(session.workspace),
+            env={"PATH": "/usr/bin:/bin"},
+        )
+
+        async def slow_launch() -> RunningCommand:
+            await release.wait()
+            return await session.runner.start(spec)
+
+        async def starter() -> None:
+            try:
+                await supervisor.start("loop_a", f"exec sleep {mark}", slow_launch, None)
+            except SupervisorClosed as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(starter)
+            await anyio.lowlevel.checkpoint()
+            tasks.start_soon(session.resources.aclose)
+            with anyio.fail_after(5):
+                while not supervisor.closed:
+                    await anyio.lowlevel.checkpoint()
+            release.set()
+        assert len(outcome) == 1
+        assert pids_running(mark) == []
+
+
+async def test_text_output_never_takes_more_room_than_base64_would(tmp_path: Path) -> None:
+    """1 MiB of invalid bytes or of quotes, read as text with limit 1 MiB: the result's JSON
+    stays within the base64 size of the limit, and cursors still cover every byte."""
+    async with open_session(tmp_path) as session:
+        for command in (
+            "head -c 1048576 /dev/zero | tr '\\0' '\\377'",
+            "head -c 1048576 /dev/zero | tr '\\0' '\"'",
+        ):
+            process = await session.start(command)
+            await wait_finished(process)
+            cursor, reads = 0, 0
+            while cursor < 1 << 20:
+                result = await execute(
+                    ProcessOutput(session.services),
+                    {"process_id": process.process_id, "cursor": cursor, "limit_bytes": 1 << 20},
+                    session.context(),
+                )
+                assert len(result.json.encode()) <= (1 << 20) * 4 // 3 + 512
+                cursor = int(str(payload(result)["next_cursor"]))
+                reads += 1
+            assert 2 <= reads <= 4

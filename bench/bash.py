@@ -1,0 +1,296 @@
+"""Cost of a sandboxed Bash call, and how fast its output streams.
+
+Measured on one plain asyncio loop against a real `callgate serve --sandbox bwrap` process
+(headless, config rules allowing exactly the commands below):
+  (s) spawning `bwrap <the sandbox's own argv> bash -c true` directly and waiting for it: the
+      floor that no sandboxed command can beat;
+  (b) `session.run("Bash", {"command": "true"})` through the client library end to end
+      (Prepare with evaluate, then Invoke), sampled interleaved with (s);
+  (t) streaming `head -c 200M /dev/zero` through InvokeStream: MB/s from Invoke to the
+      finished call, the best of a few runs.
+Targets: (b) at most 3 ms above (s) at the median; (t) at least 100 MB/s.
+
+Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from callgate.client import CallgateClient
+from callgate.client.models import ToolCall
+from callgate.server.sandbox.bwrap import BwrapRunner
+from callgate.server.sandbox.probe import detect_sandbox
+from callgate.server.sandbox.runner import CommandSpec
+from callgate.server.tools.bash import CommandSettings, command_env
+
+TOOL_SERVICE: Final = "callgate.v1.ToolService"
+STREAM_COMMAND: Final = "head -c 200M /dev/zero"
+STREAM_BYTES: Final = 200 << 20
+START_TIMEOUT: Final = 20.0
+CALL_TIMEOUT: Final = 60.0
+STOP_TIMEOUT: Final = 5.0
+TARGET_OVERHEAD_MS: Final = 3.0
+TARGET_STREAM_MBPS: Final = 100.0
+
+
+class BenchmarkError(Exception):
+    """The benchmark could not measure what it claims to."""
+
+
+@dataclass
+class Series:
+    label: str
+    samples_ns: list[int] = field(default_factory=list)
+
+    def p50_ms(self) -> float:
+        ordered = sorted(self.samples_ns)
+        return ordered[(len(ordered) - 1) // 2] / 1e6
+
+    def p99_ms(self) -> float:
+        ordered = sorted(self.samples_ns)
+        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] / 1e6
+
+
+def callgate_executable() -> str:
+    beside = Path(sys.executable).parent / "callgate"
+    found = str(beside) if beside.exists() else shutil.which("callgate")
+    if found is None:
+        raise BenchmarkError("no callgate executable; run `make install`")
+    return found
+
+
+def write_config(root: Path, socket: Path) -> Path:
+    rules = "".join(
+        f'[[rules]]\neffect = "allow"\nkind = "command.execute"\nmatch = "{command}"\n\n'
+        for command in ("true", STREAM_COMMAND)
+    )
+    config = root / "callgate.toml"
+    config.write_text(
+        f'listen = ["unix://{socket}"]\n'
+        f'workspace = "{root / "ws"}"\n'
+        f'state_dir = "{root / "state"}"\n'
+        'sandbox = "bwrap"\n'
+        'approval_mode = "headless"\n'
+        'log_level = "warning"\n\n' + rules
+    )
+    return config
+
+
+@asynccontextmanager
+async def callgate_server(root: Path) -> AsyncIterator[tuple[str, str]]:
+    """`callgate serve` with the bench config; yields (target, agent token)."""
+    socket = root / "cg.sock"
+    config = write_config(root, socket)
+    log_path = root / "server.log"
+    with log_path.open("w") as log:
+        process = await asyncio.create_subprocess_exec(
+            callgate_executable(),
+            "serve",
+            "--config",
+            str(config),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+        try:
+            target = f"unix://{socket}"
+            await wait_until_serving(process, target, log_path)
+            yield target, (root / "state" / "tokens" / "agent").read_text().strip()
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), STOP_TIMEOUT)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+
+
+async def wait_until_serving(process: asyncio.subprocess.Process, target: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    request = health_pb2.HealthCheckRequest(service=TOOL_SERVICE)
+    async with grpc.aio.insecure_channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if process.returncode is not None:
+                tail = log.read_text(errors="replace")[-2000:]  # noqa: ASYNC240  # a failure path
+                raise BenchmarkError(f"callgate serve exited with {process.returncode}:\n{tail}")
+            try:
+                response = await health.Check(request, timeout=1.0)
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"callgate serve was not SERVING within {START_TIMEOUT} s")
+            await asyncio.sleep(0.05)
+
+
+def bare_argv(root: Path, bwrap: str) -> list[str]:
+    """The argv the server's runner builds for `true` in this workspace (same mounts, same
+    namespaces), without the --info-fd report."""
+    private = root / "bare"
+    home, tmp = private / "home", private / "tmp"
+    home.mkdir(parents=True)
+    tmp.mkdir()
+    workspace = str(root / "ws")
+    homes = {os.path.realpath(os.path.expanduser("~"))} - {"/"}
+    spec = CommandSpec(
+        command="true",
+        workdir=workspace,
+        workspace=workspace,
+        home=str(home),
+        tmp=str(tmp),
+        env=command_env(str(home), str(tmp), CommandSettings(env_passthrough={})),
+        hidden_dirs=(str(root / "state"), *sorted(homes)),
+        masked_paths=(str(root / "cg.sock"),),
+    )
+    return BwrapRunner(bwrap).argv(spec)
+
+
+async def spawn_bare(argv: list[str], env: dict[str, str]) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    await process.communicate()
+    if process.returncode != 0:
+        raise BenchmarkError(f"bare bwrap exited with {process.returncode}")
+
+
+async def measure_latency(
+    target: str, token: str, argv: list[str], iterations: int, warmup: int
+) -> tuple[Series, Series]:
+    bare = Series("(s) spawn `bwrap <same argv> bash -c true` and wait, same asyncio loop")
+    e2e = Series('(b) `session.run("Bash", {"command": "true"})`, sandboxed, end to end')
+    env = {"PATH": "/usr/bin:/bin"}
+    async with (
+        CallgateClient(target, token=token) as client,
+        client.open_session() as session,
+    ):
+        for index in range(warmup + iterations):
+            start = time.perf_counter_ns()
+            await asyncio.wait_for(spawn_bare(argv, env), CALL_TIMEOUT)
+            middle = time.perf_counter_ns()
+            result = await asyncio.wait_for(session.run("Bash", {"command": "true"}), CALL_TIMEOUT)
+            end = time.perf_counter_ns()
+            if result.is_error or result.exit_code != 0:
+                raise BenchmarkError(f"Bash `true` failed: {result.text[:200]!r}")
+            if index >= warmup:
+                bare.samples_ns.append(middle - start)
+                e2e.samples_ns.append(end - middle)
+    return bare, e2e
+
+
+async def measure_stream(target: str, token: str, runs: int) -> list[float]:
+    """MB/s (10^6 bytes per second) of each streaming run, Invoke to finished call."""
+    rates: list[float] = []
+    async with (
+        CallgateClient(target, token=token) as client,
+        client.open_session() as session,
+    ):
+        for _ in range(runs):
+            call = await session.prepare("Bash", {"command": STREAM_COMMAND}, evaluate=True)
+            received = 0
+            finished: ToolCall | None = None
+            start = time.perf_counter()
+            async with asyncio.timeout(CALL_TIMEOUT):
+                async for event in session.invoke_stream(call.execution_id):
+                    if isinstance(event, bytes):
+                        received += len(event)
+                    else:
+                        finished = event
+            elapsed = time.perf_counter() - start
+            if finished is None or finished.result is None or finished.result.exit_code != 0:
+                raise BenchmarkError("the streaming command did not finish with exit code 0")
+            if received != STREAM_BYTES:
+                raise BenchmarkError(f"streamed {received} bytes, expected {STREAM_BYTES}")
+            rates.append(received / elapsed / 1e6)
+    return rates
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+async def run(args: argparse.Namespace, root: Path) -> bool:
+    status = detect_sandbox("auto")
+    if status.bwrap_path is None:
+        raise BenchmarkError(f"bubblewrap does not work here: {status.warning}")
+    (root / "ws").mkdir()
+    async with AsyncExitStack() as stack:
+        target, token = await stack.enter_async_context(callgate_server(root))
+        argv = bare_argv(root, status.bwrap_path)
+        bare, e2e = await measure_latency(target, token, argv, args.iterations, args.warmup)
+        rates = await measure_stream(target, token, args.stream_runs)
+    overhead = e2e.p50_ms() - bare.p50_ms()
+    best = max(rates)
+    print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
+    print("| case | p50 ms | p99 ms |")
+    print("|---|---:|---:|")
+    for series in (bare, e2e):
+        print(f"| {series.label} | {series.p50_ms():.2f} | {series.p99_ms():.2f} |")
+    print()
+    print("| measure | value | target | result |")
+    print("|---|---:|---:|---|")
+    overhead_ok = overhead <= TARGET_OVERHEAD_MS
+    stream_ok = best >= TARGET_STREAM_MBPS
+    print(
+        f"| (b) minus (s) at p50 | {overhead:.2f} ms | ≤ {TARGET_OVERHEAD_MS:g} ms "
+        f"| {verdict(overhead_ok)} |"
+    )
+    runs = ", ".join(f"{rate:.0f}" for rate in rates)
+    print(
+        f"| (t) InvokeStream `{STREAM_COMMAND}` (best of {len(rates)}: {runs}) "
+        f"| {best:.0f} MB/s | ≥ {TARGET_STREAM_MBPS:g} MB/s | {verdict(stream_ok)} |"
+    )
+    return overhead_ok and stream_ok
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--iterations", type=positive, default=200, help="latency samples")
+    parser.add_argument("--warmup", type=int, default=20, help="unmeasured latency samples")
+    parser.add_argument("--stream-runs", type=positive, default=3, help="streaming runs")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    # Not under /tmp: the sandbox replaces /tmp, and the workspace is bound back into it
+    # either way, but a path outside it keeps the measured mounts those of a real setup.
+    with tempfile.TemporaryDirectory(prefix="cgbench-bash-") as scratch:
+        try:
+            passed = asyncio.run(run(args, Path(scratch).resolve()))
+        except BenchmarkError as exc:
+            sys.exit(f"benchmark failed: {exc}")
+    if args.strict and not passed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
