@@ -48,7 +48,8 @@ class Verdict:
     unmet: tuple[Requirement, ...] = ()
 
 
-_MAX_MATCH = 8192
+# Bash commands may be up to 64 KiB; the match is the normalized command itself.
+_MAX_MATCH = 65_536 + 1024
 
 
 class Gate:

@@ -12,8 +12,9 @@ What the command sees:
   home) as empty tmpfs: they would be readable under the read-only `/` otherwise;
 - the workspace, the approved write declarations and the session's private HOME and TMPDIR
   writable; the approved read declarations read-only (they may lie in a hidden directory);
-- `spec.masked_paths` (secrets inside the workspace) as an empty file (`/dev/null`) or an
-  empty tmpfs.
+- `spec.masked_paths` (secrets inside the workspace, the server's sockets) covered: a
+  directory by an empty tmpfs, anything else by `/dev/null` (bound `nodev`, so opening it
+  fails with EACCES: the secret is neither read nor overwritten, and a socket is dead).
 
 Mounts are ordered by path depth, so a mount over a directory always comes before mounts
 inside it whatever their kind: the state directory is hidden after the workspace bind when it

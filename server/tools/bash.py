@@ -192,6 +192,10 @@ class BackgroundStarter(Protocol):
     returns at once (DESIGN section 5: `{"status": "running", "process_id": ...}`). It builds
     the command's spec with `command_spec` and starts it on the same runner."""
 
+    def check_capacity(self, ctx: ToolContext) -> None:
+        """Raise ResourceExhausted (`PROCESS_LIMIT`) when the loop may start no more processes."""
+        ...
+
     async def start(self, artifact: BashArtifact, ctx: ToolContext) -> ToolResult: ...
 
 
@@ -686,6 +690,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
                     f"a background command may not use {escape}; the supervisor runs it and "
                     "ends it",
                 )
+            self.background.check_capacity(ctx)
         elif self.runner.mode is SandboxMode.NONE and _uses_setsid(command):
             raise arguments_invalid(
                 "command", "setsid would escape the process tree; commands run unsandboxed here"

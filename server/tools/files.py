@@ -248,10 +248,16 @@ def read_excerpt(
 
 
 def _render_excerpt(excerpt: _Excerpt, rel: str, limits_bytes: int) -> str:
-    numbered = [
-        f"{excerpt.first_line + index:6d}\t{line.decode('utf-8', 'replace')}"
-        for index, line in enumerate(excerpt.lines)
-    ]
+    # One decode for all lines (a newline byte is never part of a UTF-8 sequence, so this is
+    # the same as decoding line by line), one format per line.
+    text = b"\n".join(excerpt.lines).decode("utf-8", "replace")
+    first = excerpt.first_line
+    numbers = range(first, first + len(excerpt.lines))
+    numbered = (
+        list(map("%6d\t%s".__mod__, zip(numbers, text.split("\n"), strict=True)))
+        if excerpt.lines
+        else []
+    )
     if not numbered:
         if excerpt.lines_read == 0:
             return f"{rel} is empty."

@@ -256,17 +256,17 @@ async def test_input_backpressure_is_bounded_and_the_server_stays_responsive(
 
 
 async def test_the_ninth_running_process_of_a_loop_is_a_process_limit(tmp_path: Path) -> None:
-    """Eight background processes run in a loop; the ninth start fails with process_limit
-    while another loop can still start one."""
+    """Eight background processes run in a loop; preparing a ninth is RESOURCE_EXHAUSTED /
+    PROCESS_LIMIT (nothing stored), while another loop can still start one."""
     async with server(tmp_path) as harness:
         stub = harness.stub()
         session = await open_session(stub)
         for _ in range(8):
             await start(stub, session, "exec sleep 1000.93")
-        ninth = await run(stub, session, "Bash", {"command": "cat", "background": True})
-        assert ninth.result.is_error
-        assert ninth.result.error_code == "process_limit"
-        assert result_json(ninth)["limit"] == 8
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await run(stub, session, "Bash", {"command": "cat", "background": True})
+        got = failure(raised.value)
+        assert (got.code, got.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "PROCESS_LIMIT")
         loop = (await stub.OpenLoop(tool_service_pb2.OpenLoopRequest(session_id=session))).loop_id
         assert (await start(stub, session, "cat", loop_id=loop))["status"] == "running"
 

@@ -268,3 +268,15 @@ async def test_bad_arguments_are_invalid_with_a_field_violation(
     found = failure(raised.value)
     assert (found.code, found.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ARGUMENTS_INVALID")
     assert found.fields == [field]
+
+
+async def test_a_long_command_within_the_cap_reaches_the_gate(tmp_path: Path) -> None:
+    """A 60 KiB command (under Bash's 64 KiB cap) is evaluated by the gate like any other:
+    with an exact allow rule it is APPROVED, not refused for its size."""
+    command = "true " + "x" * (60 << 10)
+    rules = [{"effect": "allow", "kind": "command.execute", "match": command}]
+    async with serve(tmp_path, rules=rules) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        call = await prepare(stub, session, "Bash", {"command": command}, evaluate=True)
+        assert call.state == tool_call_pb2.STATE_APPROVED

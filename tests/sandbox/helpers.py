@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
 from anyio import EndOfStream
 
-from callgate.server.sandbox.runner import CommandSpec, RunningCommand
+from callgate.server.sandbox.runner import CommandRunner, CommandSpec, RunningCommand
 
 BOUND = 10.0
 """Seconds any one command in these tests may take before the test fails."""
@@ -69,3 +71,16 @@ async def finish(running: RunningCommand, seen: bytearray | None = None) -> tupl
         code = await running.wait()
     await running.output.aclose()
     return code, bytes(out)
+
+
+@asynccontextmanager
+async def started(runner: CommandRunner, spec: CommandSpec) -> AsyncIterator[RunningCommand]:
+    """Start a command; whatever the test does, its tree is gone afterwards (a failed
+    assertion must not leave a sleeper behind)."""
+    running = await runner.start(spec)
+    try:
+        yield running
+    finally:
+        with anyio.CancelScope(shield=True):
+            await running.terminate_tree(0)
+            await running.output.aclose()

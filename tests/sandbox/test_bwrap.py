@@ -17,7 +17,7 @@ import pytest
 
 from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.runner import CommandStartError
-from tests.sandbox.helpers import Layout, finish, make_layout, read_until
+from tests.sandbox.helpers import Layout, finish, make_layout, read_until, started
 from tests.support.sandbox import (
     bwrap_only,
     bwrap_path,
@@ -303,16 +303,15 @@ async def test_terminate_tree_ends_every_process_before_returning(
     terminate_tree returns no process of it is left (a single look at /proc suffices)."""
     first, second, third = sleep_marker(), sleep_marker(), sleep_marker()
     command = f"{sleeper(first)} & ({sleeper(second)} &); (setsid {sleeper(third)} &); wait"
-    running = await runner.start(layout.spec(command))
-    seen = bytearray()
-    for marker in (first, second, third):
-        await read_until(running, f"up {marker}\n".encode(), seen)
-        assert sleeper_running(marker)
-    await running.terminate_tree(2.0)
-    assert running.returncode is not None
-    for marker in (first, second, third):
-        assert sleeper_running(marker) == []
-    await running.output.aclose()
+    async with started(runner, layout.spec(command)) as running:
+        seen = bytearray()
+        for marker in (first, second, third):
+            await read_until(running, f"up {marker}\n".encode(), seen)
+            assert sleeper_running(marker)
+        await running.terminate_tree(2.0)
+        assert running.returncode is not None
+        for marker in (first, second, third):
+            assert sleeper_running(marker) == []
 
 
 async def test_terminate_tree_kills_what_ignores_sigterm(
@@ -320,12 +319,12 @@ async def test_terminate_tree_kills_what_ignores_sigterm(
 ) -> None:
     """After the grace period SIGKILL ends a tree whose processes ignore SIGTERM."""
     marker = sleep_marker()
-    running = await runner.start(layout.spec(f"trap '' TERM; echo ready; sleep {marker}"))
-    await read_until(running, b"ready\n", bytearray())
-    await running.terminate_tree(0.2)
-    assert running.returncode == 128 + signal.SIGKILL
-    assert processes_running("sleep", marker) == []
-    await running.output.aclose()
+    command = f"trap '' TERM; {sleeper(marker)}"
+    async with started(runner, layout.spec(command)) as running:
+        await read_until(running, f"up {marker}\n".encode(), bytearray())
+        await running.terminate_tree(0.2)
+        assert running.returncode == 128 + signal.SIGKILL
+        assert sleeper_running(marker) == []
 
 
 async def test_signal_tree_reaches_every_process_inside(
@@ -334,11 +333,11 @@ async def test_signal_tree_reaches_every_process_inside(
     """signal_tree delivers the signal to the shell and to its child alike."""
     marker = sleep_marker()
     command = f"trap 'echo interrupted; exit 7' INT; {sleeper(marker)}"
-    running = await runner.start(layout.spec(command))
-    seen = bytearray()
-    await read_until(running, f"up {marker}\n".encode(), seen)
-    running.signal_tree(signal.SIGINT)
-    code, out = await finish(running, seen)
+    async with started(runner, layout.spec(command)) as running:
+        seen = bytearray()
+        await read_until(running, f"up {marker}\n".encode(), seen)
+        running.signal_tree(signal.SIGINT)
+        code, out = await finish(running, seen)
     assert code == 7
     assert b"KeyboardInterrupt" in out  # the child got it...
     assert out.endswith(b"interrupted\n")  # ...and so did the shell

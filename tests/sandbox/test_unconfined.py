@@ -10,8 +10,8 @@ import pytest
 
 from callgate.server.core.models import SandboxMode
 from callgate.server.sandbox.unconfined import UnconfinedRunner
-from tests.sandbox.helpers import Layout, finish, make_layout, read_until
-from tests.support.sandbox import processes_running, sleep_marker, sleeper, sleeper_running
+from tests.sandbox.helpers import Layout, finish, make_layout, read_until, started
+from tests.support.sandbox import sleep_marker, sleeper, sleeper_running
 
 pytestmark = pytest.mark.anyio
 
@@ -52,36 +52,32 @@ async def test_terminate_tree_ends_the_process_group(layout: Layout) -> None:
     returns only once they are gone."""
     first, second = sleep_marker(), sleep_marker()
     command = f"{sleeper(first)} & ({sleeper(second)} &); wait"
-    running = await UnconfinedRunner().start(layout.spec(command))
-    seen = bytearray()
-    for marker in (first, second):
-        await read_until(running, f"up {marker}\n".encode(), seen)
-    await running.terminate_tree(2.0)
-    for marker in (first, second):
-        assert sleeper_running(marker) == []
-    await running.output.aclose()
+    async with started(UnconfinedRunner(), layout.spec(command)) as running:
+        seen = bytearray()
+        for marker in (first, second):
+            await read_until(running, f"up {marker}\n".encode(), seen)
+        await running.terminate_tree(2.0)
+        for marker in (first, second):
+            assert sleeper_running(marker) == []
 
 
 async def test_leftovers_after_the_leader_exits_are_ended(layout: Layout) -> None:
     """Once the shell has exited, terminate_tree still finds and ends the rest of its group."""
     marker = sleep_marker()
-    running = await UnconfinedRunner().start(layout.spec(f"{sleeper(marker)} &"))
-    await read_until(running, f"up {marker}\n".encode(), bytearray())
-    assert await running.wait() == 0
-    assert sleeper_running(marker)
-    await running.terminate_tree(2.0)
-    assert sleeper_running(marker) == []
-    await running.output.aclose()
+    async with started(UnconfinedRunner(), layout.spec(f"{sleeper(marker)} &")) as running:
+        await read_until(running, f"up {marker}\n".encode(), bytearray())
+        assert await running.wait() == 0
+        assert sleeper_running(marker)
+        await running.terminate_tree(2.0)
+        assert sleeper_running(marker) == []
 
 
 async def test_sigkill_follows_an_ignored_sigterm(layout: Layout) -> None:
     """A group that ignores SIGTERM is killed after the grace period."""
     marker = sleep_marker()
-    running = await UnconfinedRunner().start(
-        layout.spec(f"trap '' TERM; echo ready; sleep {marker}")
-    )
-    await read_until(running, b"ready\n", bytearray())
-    await running.terminate_tree(0.2)
-    assert running.returncode == 128 + signal.SIGKILL
-    assert processes_running("sleep", marker) == []
-    await running.output.aclose()
+    command = f"trap '' TERM; {sleeper(marker)}"
+    async with started(UnconfinedRunner(), layout.spec(command)) as running:
+        await read_until(running, f"up {marker}\n".encode(), bytearray())
+        await running.terminate_tree(0.2)
+        assert running.returncode == 128 + signal.SIGKILL
+        assert sleeper_running(marker) == []

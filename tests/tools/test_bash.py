@@ -60,6 +60,10 @@ class RecordingStarter:
 
     def __init__(self) -> None:
         self.started: list[BashArtifact] = []
+        self.capacity_checks = 0
+
+    def check_capacity(self, ctx: ToolContext) -> None:
+        self.capacity_checks += 1
 
     async def start(self, artifact: BashArtifact, ctx: ToolContext) -> ToolResult:
         self.started.append(artifact)
@@ -304,6 +308,7 @@ async def test_background_calls_go_to_the_starter_without_a_default_deadline(
     starter = RecordingStarter()
     bash = Bash(UnconfinedRunner(), background=starter)
     prepared = bash.prepare({"command": "make serve", "background": True}, ctx)
+    assert starter.capacity_checks == 1
     result = await bash.invoke(prepared.artifact, ctx)
     assert json.loads(result.json) == {"status": "running"}
     assert starter.started == [prepared.artifact]
