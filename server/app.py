@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import grpc
@@ -100,7 +101,7 @@ def build_rules(config: ServerConfig) -> RuleBook:
 
 def build_runner(sandbox: SandboxStatus) -> CommandRunner:
     """bubblewrap when the startup self-test passed, else unconfined (already warned about).
-    The mode is in the startup log and in every Session (gRPC health has no details field)."""
+    The mode is in the startup log, in every Session and in health-check trailers."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
         return BwrapRunner(sandbox.bwrap_path)
     return UnconfinedRunner()
@@ -145,6 +146,26 @@ def _user_home() -> str | None:
         return pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         return None
+
+
+SANDBOX_MODE_METADATA = "callgate-sandbox-mode"
+
+
+class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  # untyped base
+    """grpc.health.v1 whose Check answers also carry the sandbox mode in effect as trailing
+    metadata (`callgate-sandbox-mode: bwrap|none`): the health "details" an operator can read
+    with `callgate health` or `grpcurl -v`, since HealthCheckResponse has no details field."""
+
+    def __init__(self, sandbox_mode: str) -> None:
+        super().__init__()
+        self._trailer = ((SANDBOX_MODE_METADATA, sandbox_mode),)
+
+    async def Check(  # the gRPC method name
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthCheckResponse:
+        context.set_trailing_metadata(self._trailer)
+        response: health_pb2.HealthCheckResponse = await super().Check(request, context)
+        return response
 
 
 class App:
@@ -224,7 +245,7 @@ class App:
             self.tool_servicer.handlers(),
             self.authenticator,
         )
-        health_servicer = health.aio.HealthServicer()
+        health_servicer = SandboxReportingHealth(self.sandbox.mode.value)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (TOOL_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server

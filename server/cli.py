@@ -150,13 +150,17 @@ def _health(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with grpc.aio.insecure_channel(target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
+            call = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
             try:
-                response = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                response = await call
             except grpc.aio.AioRpcError as exc:
                 print(f"callgate: unhealthy: {exc.code().name}", file=sys.stderr)
                 return 1
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
             print(name)
+            for key, value in await call.trailing_metadata() or ():
+                if key == "callgate-sandbox-mode":
+                    print(f"callgate: sandbox {value!s}", file=sys.stderr)
             return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
     return anyio.run(main)
