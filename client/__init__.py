@@ -4,8 +4,11 @@ async with CallgateClient("unix:///run/callgate.sock", token=default_token(state
     async with client.open_session() as session:
         tools = [spec.to_anthropic() for spec in await session.tools()]
         result = await session.run("ReadFile", {"path": "README.md"})
+
+An approver connects with its own token and uses `client.approvals` (see `Approvals`).
 """
 
+from callgate.client.approvals import ApprovalItem, Approvals
 from callgate.client.connection import (
     MAX_MESSAGE_BYTES,
     CallgateClient,
@@ -30,16 +33,25 @@ from callgate.client.errors import (
     PermissionDeniedError,
     ProtocolError,
     RequestIdConflictError,
+    RuleNotFoundError,
+    RuleReadOnlyError,
     ServerUnavailableError,
     SessionNotFoundError,
     ToolNotFoundError,
 )
 from callgate.client.models import (
     Decision,
+    DecisionKind,
     Denial,
     DenialKind,
     InvokeResult,
+    PendingApproval,
+    PendingQuestion,
     Requirement,
+    Resolved,
+    Rule,
+    RuleCandidate,
+    RuleEffect,
     SandboxMode,
     Session,
     State,
@@ -53,7 +65,9 @@ __all__ = [
     "ERROR_DOMAIN",
     "MAX_APPROVE_WAIT",
     "MAX_MESSAGE_BYTES",
+    "ApprovalItem",
     "ApprovalTimeoutError",
+    "Approvals",
     "AuthenticationError",
     "CallDeniedError",
     "CallNotFoundError",
@@ -63,6 +77,7 @@ __all__ = [
     "ClientSession",
     "DeadlineExceededError",
     "Decision",
+    "DecisionKind",
     "Denial",
     "DenialKind",
     "FieldViolation",
@@ -73,10 +88,18 @@ __all__ = [
     "LimitExceededError",
     "NotFoundError",
     "OpeningSession",
+    "PendingApproval",
+    "PendingQuestion",
     "PermissionDeniedError",
     "ProtocolError",
     "RequestIdConflictError",
     "Requirement",
+    "Resolved",
+    "Rule",
+    "RuleCandidate",
+    "RuleEffect",
+    "RuleNotFoundError",
+    "RuleReadOnlyError",
     "SandboxMode",
     "ServerUnavailableError",
     "Session",

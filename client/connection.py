@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Final, Self
 import anyio
 import grpc
 
+from callgate.client.approvals import Approvals
 from callgate.client.conversion import session_from_proto, tool_spec_from_proto
 from callgate.client.exchange import Exchange
 from callgate.client.models import ToolSpec
 from callgate.client.session import ClientSession
 from callgate.client.transport import Transport
-from callgate.v1 import tool_service_pb2, tool_service_pb2_grpc
+from callgate.v1 import approval_service_pb2_grpc, tool_service_pb2, tool_service_pb2_grpc
 
 if TYPE_CHECKING:
     from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
@@ -28,6 +29,7 @@ MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 """The largest message sent or received, the same as the server's limit."""
 
 _SERVICE: Final = "callgate.v1.ToolService"
+_APPROVAL_SERVICE: Final = "callgate.v1.ApprovalService"
 
 # Retried on UNAVAILABLE by the channel. Safe because no retry can repeat an effect: Invoke
 # is single-use on the server (a retry gets the original result with the same request ID,
@@ -44,12 +46,18 @@ _RETRIED_METHODS: Final = (
     "GetCall",
     "ListCalls",
     "CancelCall",
+    "WatchCall",
 )
 
+# Reads only. Decide, Answer and CreateRule are left out: a retry after a lost answer would
+# be refused (already decided) or would create a second rule.
+_RETRIED_APPROVAL_METHODS: Final = ("WatchApprovals", "ListRules")
 
-def default_token(state_dir: str | os.PathLike[str] = ".callgate") -> str:
-    """The agent token the server created in `<state_dir>/tokens/agent` on first start."""
-    return _read_token(Path(state_dir) / "tokens" / "agent")
+
+def default_token(state_dir: str | os.PathLike[str] = ".callgate", role: str = "agent") -> str:
+    """The token the server created for `role` ("agent", "approver" or "admin") in
+    `<state_dir>/tokens/<role>` on first start."""
+    return _read_token(Path(state_dir) / "tokens" / role)
 
 
 def _read_token(path: Path) -> str:
@@ -75,7 +83,9 @@ def _service_config(max_attempts: int) -> str:
         "backoffMultiplier": 2,
         "retryableStatusCodes": ["UNAVAILABLE"],
     }
-    names = [{"service": _SERVICE, "method": method} for method in _RETRIED_METHODS]
+    names = [{"service": _SERVICE, "method": method} for method in _RETRIED_METHODS] + [
+        {"service": _APPROVAL_SERVICE, "method": method} for method in _RETRIED_APPROVAL_METHODS
+    ]
     return json.dumps({"methodConfig": [{"name": names, "retryPolicy": retry_policy}]})
 
 
@@ -164,6 +174,7 @@ class CallgateClient:
         self._channel: grpc.aio.Channel | None = None
         self._stub_or_none: ToolServiceAsyncStub | None = None
         self._transport_or_none: Transport | None = None
+        self._approvals_or_none: Approvals | None = None
 
     @property
     def target(self) -> str:
@@ -186,6 +197,10 @@ class CallgateClient:
                 exchange = Exchange(lambda: stub.Exchange(metadata=metadata))
             self._stub_or_none = stub
             self._transport_or_none = Transport(metadata, exchange, resend=self._max_attempts > 1)
+            self._approvals_or_none = Approvals(
+                approval_service_pb2_grpc.ApprovalServiceStub(self._channel),
+                self._transport_or_none,
+            )
         return self
 
     async def __aexit__(
@@ -200,6 +215,7 @@ class CallgateClient:
         """Closes the channel, cancelling RPCs still in flight. Sessions stay open on the server."""
         channel, self._channel, self._stub_or_none = self._channel, None, None
         transport, self._transport_or_none = self._transport_or_none, None
+        self._approvals_or_none = None
         # Shielded: a caller cancelled while leaving `async with` must still release both.
         with anyio.CancelScope(shield=True):
             if transport is not None:
@@ -222,6 +238,16 @@ class CallgateClient:
                 "The client is not open; use it as `async with CallgateClient(...)`."
             )
         return self._transport_or_none
+
+    @property
+    def approvals(self) -> Approvals:
+        """ApprovalService: pending approvals and questions, decisions, rules. Needs a token
+        of a principal with the approver role (`<state_dir>/tokens/approver`)."""
+        if self._approvals_or_none is None:
+            raise RuntimeError(
+                "The client is not open; use it as `async with CallgateClient(...)`."
+            )
+        return self._approvals_or_none
 
     def open_session(
         self, workspace: str | os.PathLike[str] = "", labels: Mapping[str, str] | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, assert_never
 
 from google.protobuf import timestamp_pb2
 from pydantic import JsonValue
@@ -13,9 +13,16 @@ from pydantic import JsonValue
 from callgate.client.errors import ProtocolError
 from callgate.client.models import (
     Decision,
+    DecisionKind,
     Denial,
     DenialKind,
+    PendingApproval,
+    PendingQuestion,
     Requirement,
+    Resolved,
+    Rule,
+    RuleCandidate,
+    RuleEffect,
     SandboxMode,
     Session,
     State,
@@ -23,17 +30,24 @@ from callgate.client.models import (
     ToolResult,
     ToolSpec,
 )
-from callgate.v1 import session_pb2, tool_call_pb2, tool_service_pb2
+from callgate.v1 import approval_service_pb2, session_pb2, tool_call_pb2, tool_service_pb2
 
 __all__ = [
+    "DECISION_KINDS",
     "DENIAL_KINDS",
+    "RULE_EFFECTS",
     "SANDBOX_MODES",
     "STATES",
+    "approval_item_from_proto",
     "call_from_proto",
     "decision_from_proto",
     "denial_from_proto",
+    "pending_approval_from_proto",
+    "pending_question_from_proto",
     "requirement_from_proto",
     "result_from_proto",
+    "rule_effect_to_proto",
+    "rule_from_proto",
     "session_from_proto",
     "timestamp_from_proto",
     "tool_spec_from_proto",
@@ -68,6 +82,24 @@ SANDBOX_MODES: Final[Mapping[int, SandboxMode]] = {
     session_pb2.SANDBOX_MODE_NONE: SandboxMode.NONE,
     session_pb2.SANDBOX_MODE_BWRAP: SandboxMode.BWRAP,
 }
+
+RULE_EFFECTS: Final[Mapping[int, RuleEffect]] = {
+    approval_service_pb2.RULE_EFFECT_UNSPECIFIED: RuleEffect.UNSPECIFIED,
+    approval_service_pb2.RULE_EFFECT_ALLOW: RuleEffect.ALLOW,
+    approval_service_pb2.RULE_EFFECT_DENY: RuleEffect.DENY,
+}
+
+# The other direction: what the client sends. DecisionKind has no UNSPECIFIED member, since
+# no caller means to send one.
+DECISION_KINDS: Final[Mapping[DecisionKind, approval_service_pb2.DecisionKind.ValueType]] = {
+    DecisionKind.APPROVE_ONCE: approval_service_pb2.DECISION_KIND_APPROVE_ONCE,
+    DecisionKind.APPROVE_FOR_SESSION: approval_service_pb2.DECISION_KIND_APPROVE_FOR_SESSION,
+    DecisionKind.APPROVE_ALWAYS: approval_service_pb2.DECISION_KIND_APPROVE_ALWAYS,
+    DecisionKind.DENY: approval_service_pb2.DECISION_KIND_DENY,
+}
+
+ApprovalItem = PendingApproval | PendingQuestion | Resolved
+"""One item of the WatchApprovals stream."""
 
 
 def timestamp_from_proto(timestamp: timestamp_pb2.Timestamp) -> datetime:
@@ -176,3 +208,85 @@ def tool_spec_from_proto(message: tool_service_pb2.ToolInfo) -> ToolSpec:
         input_schema=schema,
         requirement_kinds=tuple(message.requirement_kinds),
     )
+
+
+def _optional_time(message: timestamp_pb2.Timestamp, present: bool) -> datetime | None:
+    return timestamp_from_proto(message) if present else None
+
+
+def rule_candidate_from_proto(message: approval_service_pb2.RuleCandidate) -> RuleCandidate:
+    """A RuleCandidate model."""
+    return RuleCandidate(kind=message.kind, match=message.match, description=message.description)
+
+
+def pending_approval_from_proto(message: approval_service_pb2.PendingApproval) -> PendingApproval:
+    """A PendingApproval model; raises ProtocolError when the call is missing."""
+    if not message.HasField("call"):
+        raise ProtocolError("The server sent a pending approval without its call.")
+    return PendingApproval(
+        call=call_from_proto(message.call),
+        candidates=tuple(rule_candidate_from_proto(item) for item in message.candidates),
+        unmet=tuple(requirement_from_proto(item) for item in message.unmet),
+        command=message.command,
+        working_directory=message.working_directory,
+        requested_by=message.requested_by,
+        workspace=message.workspace,
+        deadline=_optional_time(message.deadline, message.HasField("deadline")),
+    )
+
+
+def pending_question_from_proto(message: approval_service_pb2.PendingQuestion) -> PendingQuestion:
+    """A PendingQuestion model."""
+    return PendingQuestion(
+        execution_id=message.execution_id,
+        session_id=message.session_id,
+        question=message.question,
+        choices=tuple(message.choices),
+        requested_by=message.requested_by,
+        deadline=_optional_time(message.deadline, message.HasField("deadline")),
+    )
+
+
+def approval_item_from_proto(
+    message: approval_service_pb2.WatchApprovalsResponse,
+) -> ApprovalItem | None:
+    """The item a WatchApprovals message carries; None for an item kind this client does
+    not know (a newer server), which callers skip."""
+    match message.WhichOneof("item"):
+        case "approval":
+            return pending_approval_from_proto(message.approval)
+        case "question":
+            return pending_question_from_proto(message.question)
+        case "resolved":
+            return Resolved(
+                execution_id=message.resolved.execution_id,
+                state=STATES.get(message.resolved.state, State.UNSPECIFIED),
+            )
+        case _:
+            return None
+
+
+def rule_from_proto(message: approval_service_pb2.Rule) -> Rule:
+    """A Rule model."""
+    return Rule(
+        rule_id=message.rule_id,
+        effect=RULE_EFFECTS.get(message.effect, RuleEffect.UNSPECIFIED),
+        kind=message.kind,
+        match=message.match,
+        scope=message.scope,
+        origin=message.origin,
+        create_time=_optional_time(message.create_time, message.HasField("create_time")),
+    )
+
+
+def rule_effect_to_proto(effect: RuleEffect) -> approval_service_pb2.RuleEffect.ValueType:
+    """The proto value of a rule effect; UNSPECIFIED is refused (the server would too)."""
+    match effect:
+        case RuleEffect.ALLOW:
+            return approval_service_pb2.RULE_EFFECT_ALLOW
+        case RuleEffect.DENY:
+            return approval_service_pb2.RULE_EFFECT_DENY
+        case RuleEffect.UNSPECIFIED:
+            raise ValueError("A rule's effect must be allow or deny.")
+        case _:
+            assert_never(effect)

@@ -7,13 +7,15 @@ Hierarchy::
     ├── PermissionDeniedError        PERMISSION_DENIED: ROLE_REQUIRED
     ├── InvalidArgumentsError        INVALID_ARGUMENT: ARGUMENTS_INVALID (the tool's arguments)
     ├── InvalidRequestError          INVALID_ARGUMENT: REQUEST_INVALID, WORKSPACE_INVALID
-    ├── NotFoundError                NOT_FOUND: LOOP_NOT_FOUND, RULE_NOT_FOUND
+    ├── NotFoundError                NOT_FOUND: LOOP_NOT_FOUND
     │   ├── SessionNotFoundError     SESSION_NOT_FOUND
     │   ├── ToolNotFoundError        TOOL_NOT_FOUND
-    │   └── CallNotFoundError        CALL_NOT_FOUND
+    │   ├── CallNotFoundError        CALL_NOT_FOUND
+    │   └── RuleNotFoundError        RULE_NOT_FOUND
     ├── CallStateError               FAILED_PRECONDITION: CALL_NOT_APPROVED, CALL_DENIED,
     │                                CALL_EXPIRED, CALL_ALREADY_INVOKED, CALL_STATE_INVALID,
     │                                DIGEST_MISMATCH, NO_APPROVER
+    ├── RuleReadOnlyError            FAILED_PRECONDITION: RULE_READ_ONLY (a config rule)
     ├── RequestIdConflictError       ALREADY_EXISTS: REQUEST_ID_CONFLICT
     ├── LimitExceededError           RESOURCE_EXHAUSTED: SESSION_LIMIT, CALL_LIMIT,
     │                                CONCURRENCY_LIMIT, PROCESS_LIMIT, LOOP_LIMIT
@@ -58,6 +60,8 @@ __all__ = [
     "PermissionDeniedError",
     "ProtocolError",
     "RequestIdConflictError",
+    "RuleNotFoundError",
+    "RuleReadOnlyError",
     "ServerUnavailableError",
     "SessionNotFoundError",
     "ToolNotFoundError",
@@ -135,8 +139,16 @@ class CallNotFoundError(NotFoundError):
     """The execution ID names no call of this session."""
 
 
+class RuleNotFoundError(NotFoundError):
+    """The rule ID names no rule (never existed, or already deleted)."""
+
+
 class CallStateError(CallgateClientError):
     """The call is not in a state that allows the operation (e.g. invoked twice, expired)."""
+
+
+class RuleReadOnlyError(CallgateClientError):
+    """The rule comes from the server's configuration and cannot be deleted over the API."""
 
 
 class RequestIdConflictError(CallgateClientError):
@@ -209,7 +221,8 @@ _BY_REASON: Final[Mapping[str, type[CallgateClientError]]] = {
     "LOOP_NOT_FOUND": NotFoundError,
     "TOOL_NOT_FOUND": ToolNotFoundError,
     "CALL_NOT_FOUND": CallNotFoundError,
-    "RULE_NOT_FOUND": NotFoundError,
+    "RULE_NOT_FOUND": RuleNotFoundError,
+    "RULE_READ_ONLY": RuleReadOnlyError,
     "CALL_NOT_APPROVED": CallStateError,
     "CALL_DENIED": CallStateError,
     "CALL_EXPIRED": CallStateError,

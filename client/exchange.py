@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Final, Generic, TypeVar
 
 import anyio
@@ -44,6 +45,9 @@ __all__ = [
     "Operation",
     "StreamBroken",
 ]
+
+_CLOSE_TIMEOUT: Final = 1.0
+"""How long closing waits for the server to end the half-closed stream before cancelling it."""
 
 MAX_IN_FLIGHT: Final = 64
 """Operations in flight on one stream; the server refuses more, so callers beyond it wait."""
@@ -248,10 +252,19 @@ class _Stream:
 
     async def close(self) -> None:
         self._end(_client_closed)
-        self._call.cancel()
         self._writer.cancel()
+        await asyncio.gather(self._writer, return_exceptions=True)
+        # Half-close and let the server end the stream (it does once it has answered what
+        # is in flight), bounded; only then cancel. A cancelled call leaves operations in
+        # flight in gRPC's core whose completions, arriving after this event loop closed,
+        # fail in whichever loop runs next ("Event loop is closed").
+        with anyio.move_on_after(_CLOSE_TIMEOUT):
+            with suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                await self._call.done_writing()
+            await asyncio.shield(self._reader)
+        self._call.cancel()
         self._reader.cancel()
-        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+        await asyncio.gather(self._reader, return_exceptions=True)
 
     def _end(self, failure: _Failure) -> None:
         if self._failure is not None:

@@ -12,10 +12,17 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 __all__ = [
     "Decision",
+    "DecisionKind",
     "Denial",
     "DenialKind",
     "InvokeResult",
+    "PendingApproval",
+    "PendingQuestion",
     "Requirement",
+    "Resolved",
+    "Rule",
+    "RuleCandidate",
+    "RuleEffect",
     "SandboxMode",
     "Session",
     "State",
@@ -189,3 +196,80 @@ class ToolSpec(_Frozen):
             "description": self.description,
             "input_schema": copy.deepcopy(self.input_schema),
         }
+
+
+class DecisionKind(enum.StrEnum):
+    """What an approver decides (proto `DecisionKind` without the `DECISION_KIND_` prefix)."""
+
+    APPROVE_ONCE = "approve_once"
+    APPROVE_FOR_SESSION = "approve_for_session"
+    APPROVE_ALWAYS = "approve_always"
+    DENY = "deny"
+
+
+class RuleEffect(enum.StrEnum):
+    """Whether a rule allows or denies (proto `RuleEffect` without the `RULE_EFFECT_` prefix)."""
+
+    UNSPECIFIED = "unspecified"
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class RuleCandidate(_Frozen):
+    """An allow rule that an APPROVE_FOR_SESSION or APPROVE_ALWAYS decision would save."""
+
+    kind: str
+    match: str
+    description: str
+
+
+class PendingApproval(_Frozen):
+    """A call waiting for a human decision, with everything an approver needs to decide it.
+
+    Decide with `call.digest`: the digest of exactly what is shown here.
+    """
+
+    call: ToolCall
+    candidates: tuple[RuleCandidate, ...]
+    unmet: tuple[Requirement, ...]
+    command: str
+    working_directory: str
+    requested_by: str
+    workspace: str
+    deadline: datetime | None
+
+    @property
+    def execution_id(self) -> str:
+        """The pending call's execution ID."""
+        return self.call.execution_id
+
+
+class PendingQuestion(_Frozen):
+    """An AskUser question waiting for an answer; with `choices`, answer one of them or
+    "other"."""
+
+    execution_id: str
+    session_id: str
+    question: str
+    choices: tuple[str, ...]
+    requested_by: str
+    deadline: datetime | None
+
+
+class Resolved(_Frozen):
+    """An approval or question that is no longer pending, and the call's state now."""
+
+    execution_id: str
+    state: State
+
+
+class Rule(_Frozen):
+    """A stored allow or deny; `scope` is "" (config), "session:<id>" or "workspace:<root>"."""
+
+    rule_id: str
+    effect: RuleEffect
+    kind: str
+    match: str
+    scope: str
+    origin: str
+    create_time: datetime | None

@@ -211,6 +211,21 @@ class ClientSession:
         )
         return call_from_proto(response.call)
 
+    async def watch_call(self, execution_id: str) -> AsyncGenerator[ToolCall, None]:
+        """Yields the call now, then the call after every change; ends after a terminal
+        state. Leaving early (best inside `contextlib.aclosing`) cancels the stream."""
+        request = tool_service_pb2.WatchCallRequest(
+            session_id=self.session_id, execution_id=execution_id
+        )
+        async with aclosing(
+            self._transport.server_stream(self._stub.WatchCall, request)
+        ) as responses:
+            async for response in responses:
+                call = call_from_proto(response.call)
+                yield call
+                if call.state.is_terminal:
+                    return
+
     async def list_calls(self) -> list[ToolCall]:
         """The session's calls, newest first."""
         response = await self._transport.unary(

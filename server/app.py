@@ -20,6 +20,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from callgate.server.config import ConfigError, ServerConfig
+from callgate.server.core.approvals import Approvals
+from callgate.server.core.board import ApprovalBoard
 from callgate.server.core.gate import AccessDefaults, Gate
 from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
 from callgate.server.core.models import SandboxMode
@@ -28,23 +30,27 @@ from callgate.server.core.principals import TokenAuthenticator
 from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
 from callgate.server.core.tool import ToolLimits
 from callgate.server.credentials import load_authenticator
+from callgate.server.rpc.approval_service import ApprovalServicer
 from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
+from callgate.server.storage.rules_store import SqliteRuleStore
 from callgate.server.tools.background import SupervisedBash
 from callgate.server.tools.bash import CommandSettings
-from callgate.server.tools.catalog import command_tools, file_tools, process_tools
+from callgate.server.tools.catalog import ask_tools, command_tools, file_tools, process_tools
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SupervisorSettings
-from callgate.v1 import tool_service_pb2
+from callgate.v1 import approval_service_pb2, tool_service_pb2
 
 log = logging.getLogger(__name__)
 
 TOOL_SERVICE = "callgate.v1.ToolService"
+APPROVAL_SERVICE = "callgate.v1.ApprovalService"
+RULES_DB = "rules.db"
 SWEEP_INTERVAL_SECONDS = 1.0
 SHUTDOWN_GRACE_SECONDS = 5.0
 
@@ -193,11 +199,14 @@ class App:
         self.command_settings = command_settings(config, os.environ)
         self.processes = ProcessServices(supervisor_settings(config))
         background = SupervisedBash(self.processes, self.runner, self.command_settings)
+        headless = config.approval_mode == "headless"
+        self.board = ApprovalBoard()
         self.tools = ToolRegistry(
             [
                 *file_tools(rg),
                 *command_tools(self.runner, self.command_settings, background),
                 *process_tools(self.processes),
+                *ask_tools(self.board, config.ask.timeout_seconds, headless),
             ]
         )
         roots = [
@@ -208,7 +217,7 @@ class App:
             LifecycleSettings(
                 default_workspace=str(self.workspace),
                 allowed_roots=tuple(os.path.realpath(r) for r in roots),
-                headless=config.approval_mode == "headless",
+                headless=headless,
                 sandbox_mode=self.sandbox.mode,
                 sandbox_warning=self.sandbox.warning,
                 call_ttl_seconds=config.calls.ttl_seconds,
@@ -226,8 +235,13 @@ class App:
             self.tools,
             self.gate,
             self.protected,
+            board=self.board,
         )
         self.tool_servicer = ToolServicer(self.lifecycle)
+        # Workspace rules persisted by approvers; loaded into the rule book at start.
+        self.rule_store = SqliteRuleStore(self.state_dir / RULES_DB)
+        self.approvals = Approvals(self.lifecycle, self.rules, self.rule_store)
+        self.approval_servicer = ApprovalServicer(self.approvals)
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         size = self.config.limits.max_message_bytes
@@ -245,10 +259,18 @@ class App:
             self.tool_servicer.handlers(),
             self.authenticator,
         )
+        register_service(
+            server,
+            approval_service_pb2.DESCRIPTOR.services_by_name["ApprovalService"],
+            approval_service_pb2,
+            self.approval_servicer.handlers(),
+            self.authenticator,
+        )
         health_servicer = SandboxReportingHealth(self.sandbox.mode.value)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
-            (TOOL_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            (TOOL_SERVICE, APPROVAL_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server,
         )
         return server, health_servicer
 
@@ -291,6 +313,8 @@ class App:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[RunningServer]:
         """Start serving; on exit, drain gracefully and stop."""
+        for rule in await self.rule_store.load():
+            self.rules.add(rule)
         server, health_servicer = self._grpc_server()
         addresses = self._bind(server)
         await server.start()
@@ -299,6 +323,7 @@ class App:
                 os.chmod(address.removeprefix("unix://"), 0o660)
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(TOOL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(APPROVAL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "callgate serving",
             extra={"address": ",".join(addresses), "mode": self.sandbox.mode.value},

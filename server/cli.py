@@ -1,4 +1,4 @@
-"""The `callgate` command: serve, and client commands (tools, call, health)."""
+"""The `callgate` command: serve, and client commands (tools, call, approvals, rules, health)."""
 
 from __future__ import annotations
 
@@ -136,6 +136,64 @@ def _call(args: argparse.Namespace) -> int:
         return 2
 
 
+def _client_error(exc: Exception) -> int:
+    from callgate.client import CallgateClientError
+    from callgate.client.display import visible
+
+    assert isinstance(exc, CallgateClientError)
+    label = exc.reason or (exc.code.name if exc.code is not None else "error")
+    print(f"callgate: {visible(label)}: {visible(exc.message)}", file=sys.stderr)
+    return 2
+
+
+def _approvals(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClient, CallgateClientError
+    from callgate.client.console import ApproverConsole, read_lines
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with CallgateClient(target, token=token) as client:
+            console = ApproverConsole(client.approvals, sys.stdout, once=args.once)
+            return await console.run(read_lines(sys.stdin.fileno()))
+
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        print(file=sys.stdout, flush=True)
+        return 130
+    except CallgateClientError as exc:
+        return _client_error(exc)
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClient, CallgateClientError, RuleEffect
+    from callgate.client.display import render_rules, visible
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with CallgateClient(target, token=token) as client:
+            approvals = client.approvals
+            match args.rules_command:
+                case "list":
+                    print(render_rules(await approvals.list_rules(args.session or "")))
+                case "add":
+                    rule = await approvals.create_rule(
+                        RuleEffect(args.effect), args.kind, args.match, args.scope
+                    )
+                    print(visible(rule.rule_id))
+                case "rm":
+                    await approvals.delete_rule(args.rule_id)
+                    print(f"deleted {visible(args.rule_id)}")
+        return 0
+
+    try:
+        return anyio.run(main)
+    except CallgateClientError as exc:
+        return _client_error(exc)
+
+
 def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -220,6 +278,44 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait for a human approval (default 300)",
     )
     call.set_defaults(func=_call)
+
+    approvals = sub.add_parser(
+        "approvals",
+        help="a terminal approver: show each pending call in full and decide it",
+        description="Shows each pending call and AskUser question in full as it arrives and "
+        "reads a decision: [o]nce, [s]ession, [a]lways, [d]eny (asks for a note), [k]skip. "
+        "Everything from the server is shown with control and invisible characters escaped.",
+    )
+    client_options(approvals, role="approver")
+    approvals.add_argument(
+        "--once", action="store_true", help="exit after the first decision or answer"
+    )
+    approvals.set_defaults(func=_approvals)
+
+    rules = sub.add_parser("rules", help="list, add or remove allow and deny rules")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+    rules_list = rules_sub.add_parser("list", help="the rules in force")
+    client_options(rules_list, role="approver")
+    rules_list.add_argument("--session", help="only the rules that apply to this session")
+    rules_add = rules_sub.add_parser("add", help="create a rule and print its ID")
+    client_options(rules_add, role="approver")
+    rules_add.add_argument("--effect", required=True, choices=["allow", "deny"])
+    rules_add.add_argument(
+        "--kind", required=True, help="requirement kind, e.g. filesystem.write, command.execute"
+    )
+    rules_add.add_argument(
+        "--match",
+        required=True,
+        help="exact path | tree:<root> | tcp://host:port | exact command | Bash(<words>:*)",
+    )
+    rules_add.add_argument(
+        "--scope", required=True, help="session:<id> or workspace:<absolute root>"
+    )
+    rules_rm = rules_sub.add_parser("rm", help="delete a session or workspace rule")
+    client_options(rules_rm, role="approver")
+    rules_rm.add_argument("rule_id", help="the rule's ID (see `callgate rules list`)")
+    for command in (rules_list, rules_add, rules_rm):
+        command.set_defaults(func=_rules)
 
     health = sub.add_parser("health", help="check the server's health over gRPC")
     health.add_argument("--target")

@@ -78,6 +78,13 @@ class ApprovalConfig(BaseModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=86_400)] = 600.0
 
 
+class AskConfig(BaseModel):
+    model_config = _STRICT
+
+    # How long AskUser waits for an answer before it fails with no_answer.
+    timeout_seconds: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+
+
 class ToolsConfig(BaseModel):
     """Tool caps (DESIGN section 5 defaults)."""
 
@@ -176,6 +183,7 @@ class ServerConfig(BaseModel):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     calls: CallsConfig = Field(default_factory=CallsConfig)
     approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
+    ask: AskConfig = Field(default_factory=AskConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)

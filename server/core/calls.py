@@ -78,8 +78,18 @@ class CallRecord:
     cancel_requested: bool = False
     # Set when the call reaches a terminal state (waiters for an Invoke replay).
     finished: anyio.Event = field(default_factory=anyio.Event)
-    # Set (and replaced) on every decision, for Approve(wait) waiters.
+    # Set on the first decision (approved, denied, cancelled, expired), for Approve(wait).
     decided: anyio.Event = field(default_factory=anyio.Event)
+    # What the approver is shown for a command (Prepared.command / working_directory).
+    command: str = ""
+    working_directory: str = ""
+    # Called once when the call leaves AWAITING_APPROVAL (the approval board resolves it).
+    on_unpending: Callable[[CallRecord], None] | None = None
+    # True while an approver's decision is being made durable (APPROVE_ALWAYS writes its
+    # rules first): other deciders are refused and the approval timeout waits for it.
+    deciding: bool = False
+    # Created only when someone watches the call, so the hot path pays nothing otherwise.
+    _changed: anyio.Event | None = None
 
     def snapshot(self) -> CallSnapshot:
         return CallSnapshot(
@@ -99,8 +109,16 @@ class CallRecord:
             expire_time=self.expire_time if self.state in _EXPIRING else None,
         )
 
+    def changed(self) -> anyio.Event:
+        """An event set at the next state change (take it before reading the state)."""
+        event = self._changed
+        if event is None:
+            event = self._changed = anyio.Event()
+        return event
+
     def move(self, state: State, now: datetime) -> None:
-        was_terminal = self.state.is_terminal
+        previous = self.state
+        was_terminal = previous.is_terminal
         self.state = state
         self.update_time = now
         if state.is_terminal:
@@ -111,6 +129,13 @@ class CallRecord:
                 self.on_terminal()
         if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
             self.decided.set()
+        if previous is State.AWAITING_APPROVAL and self.on_unpending is not None:
+            hook, self.on_unpending = self.on_unpending, None
+            hook(self)
+        event = self._changed
+        if event is not None:
+            self._changed = None
+            event.set()
 
 
 _EXPIRING = frozenset({State.PREPARED, State.APPROVED})

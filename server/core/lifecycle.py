@@ -14,7 +14,7 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Protocol
 import anyio
 
 from .arguments import decode_arguments
+from .board import ApprovalBoard, PendingApproval
 from .calls import CallRecord, CallSnapshot, compute_digest
 from .errors import (
     AlreadyExists,
@@ -39,6 +40,7 @@ from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, To
 from .paths import ProtectedPaths, Workspace, is_within
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
+from .rules import offered_candidates
 from .tool import LoopState, OutputSink, ToolContext, ToolLimits, ToolPlugin
 
 log = logging.getLogger(__name__)
@@ -135,8 +137,12 @@ class Lifecycle:
         gate: Gate,
         protected: ProtectedPaths,
         clock: Clock | None = None,
+        board: ApprovalBoard | None = None,
     ) -> None:
         self.settings = settings
+        self.board = board or ApprovalBoard()
+        # Every kept call of every open session, for approvers (who decide across sessions).
+        self._calls_by_id: dict[str, CallRecord] = {}
         self.tools = tools
         self.gate = gate
         self.protected = protected
@@ -207,12 +213,15 @@ class Lifecycle:
         session.closed = True
         now = self.clock.now()
         for record in session.calls.values():
+            self._calls_by_id.pop(record.execution_id, None)
             if record.state is State.RUNNING:
                 if record.cancel_scope is not None:
                     record.cancel_requested = True
                     record.cancel_scope.cancel()
             elif not record.state.is_terminal:
                 record.move(State.CANCELLED, now)
+        # Session-scoped rules go away with their session.
+        self.gate.rules.remove_scope(f"session:{session.session_id}")
         await session.resources.aclose()
 
     def get_session(self, principal: Principal, session_id: str) -> SessionSnapshot:
@@ -283,6 +292,8 @@ class Lifecycle:
             candidates=prepared.candidates,
             artifact=prepared.artifact,
             digest=compute_digest(tool.name, prepared),
+            command=prepared.command,
+            working_directory=prepared.working_directory,
             create_time=now,
             update_time=now,
             deadline=self.clock.monotonic() + self.settings.call_ttl_seconds,
@@ -440,6 +451,107 @@ class Lifecycle:
         record.move(State.CANCELLED, self.clock.now())
         return record.snapshot()
 
+    async def watch_call(
+        self, principal: Principal, session_id: str, execution_id: str
+    ) -> AsyncIterator[CallSnapshot]:
+        """The call now, then after every change; ends after a terminal state."""
+        session = self._session(principal, session_id)
+        record = self._call(session, execution_id)
+        last: CallSnapshot | None = None
+        while True:
+            changed = record.changed()
+            snapshot = record.snapshot()
+            if last is None or (snapshot.state, snapshot.update_time) != (
+                last.state,
+                last.update_time,
+            ):
+                yield snapshot
+                last = snapshot
+            if snapshot.state.is_terminal:
+                return
+            # Expiry and approval timeouts are applied lazily: wake at the deadline too.
+            delay = math.inf
+            if record.deadline is not None:
+                delay = max(0.0, record.deadline - self.clock.monotonic())
+            with anyio.move_on_after(delay):
+                await changed.wait()
+            self._refresh(record)
+
+    # ------------------------------------------------------------------ approvers
+
+    def find_call(self, principal: Principal, execution_id: str) -> tuple[str, CallRecord]:
+        """An approver's view of any open session's call: (owner, record)."""
+        principal.require(Role.APPROVER)
+        if not execution_id:
+            raise request_invalid("execution_id", "the execution_id is required")
+        record = self._calls_by_id.get(execution_id)
+        session = self._sessions.get(record.session_id) if record is not None else None
+        if record is None or session is None:
+            raise NotFound("CALL_NOT_FOUND", "No open session has a call with that execution ID.")
+        self._refresh(record)
+        return session.owner, record
+
+    def session_workspace(self, principal: Principal, session_id: str) -> str:
+        """An approver's view of any open session: its workspace root."""
+        principal.require(Role.APPROVER)
+        session = self._sessions.get(session_id) if len(session_id) <= _MAX_ID_LENGTH else None
+        if session is None:
+            raise NotFound("SESSION_NOT_FOUND", "No open session has that ID.")
+        return session.workspace.root
+
+    def call_workspace(self, record: CallRecord) -> str:
+        return self._sessions[record.session_id].workspace.root
+
+    def decide_by_human(
+        self,
+        record: CallRecord,
+        decided_by: str,
+        approve: bool,
+        note: str,
+        rule_ids: tuple[str, ...] = (),
+    ) -> CallSnapshot:
+        """Apply an approver's decision to a call AWAITING_APPROVAL (checked by the caller
+        with no await since)."""
+        now = self.clock.now()
+        if approve:
+            reason = f"approved by {decided_by}" + (f": {note}" if note else "")
+            record.decision = Decision(decided_by, rule_ids, now, reason)
+            record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
+            record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
+            record.move(State.APPROVED, now)
+        else:
+            reason = f"denied by {decided_by}" + (f": {note}" if note else "")
+            record.decision = Decision(decided_by, (), now, reason)
+            record.denial = Denial(
+                DenialKind.APPROVER_DENIED,
+                "An approver denied the call" + (f": {note}" if note else "."),
+            )
+            record.move(State.DENIED, now)
+        return record.snapshot()
+
+    def reevaluate_pending(self) -> None:
+        """Ask the gate again about every pending call (new rules may now cover some)."""
+        for item in self.board.pending_approvals():
+            record = self._calls_by_id.get(item.execution_id)
+            session = self._sessions.get(item.call.session_id)
+            if record is None or session is None or record.state is not State.AWAITING_APPROVAL:
+                continue
+            if record.deciding:
+                continue
+            verdict = self.gate.evaluate(
+                record.requirements, session.session_id, session.workspace.root
+            )
+            now = self.clock.now()
+            if verdict.access is Access.ALLOW:
+                record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
+                record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
+                record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
+                record.move(State.APPROVED, now)
+            elif verdict.access is Access.DENY:
+                assert verdict.denial is not None
+                record.denial = verdict.denial
+                record.move(State.DENIED, now)
+
     # ------------------------------------------------------------------ maintenance
 
     def sweep(self) -> None:
@@ -451,6 +563,7 @@ class Lifecycle:
     def begin_shutdown(self) -> None:
         """Refuse new sessions, calls and invocations; running ones go on."""
         self._shutting_down = True
+        self.board.close()
 
     def cancel_all(self) -> None:
         """Cancel every running invocation (end of the shutdown grace period)."""
@@ -496,12 +609,34 @@ class Lifecycle:
             )
             record.move(State.DENIED, now)
         else:
-            record.deadline = self.clock.monotonic() + self.settings.approval_timeout_seconds
+            timeout = self.settings.approval_timeout_seconds
+            record.deadline = self.clock.monotonic() + timeout
             record.move(State.AWAITING_APPROVAL, now)
+            record.on_unpending = self._resolve_pending
+            # No approver watching is not a reason to deny: one may connect before the
+            # approval timeout, and the agent can wait or watch the call meanwhile.
+            self.board.publish(
+                PendingApproval(
+                    call=record.snapshot(),
+                    candidates=offered_candidates(record.candidates, verdict.unmet),
+                    unmet=verdict.unmet,
+                    command=record.command,
+                    working_directory=record.working_directory,
+                    requested_by=session.owner,
+                    workspace=session.workspace.root,
+                    deadline=now + timedelta(seconds=timeout),
+                )
+            )
+
+    def _resolve_pending(self, record: CallRecord) -> None:
+        self.board.resolve(record.execution_id, record.state)
 
     def _refresh(self, record: CallRecord) -> None:
         """Apply expiry and approval timeouts that are due."""
         if record.deadline is None or self.clock.monotonic() < record.deadline:
+            return
+        if record.deciding:
+            # An approver's decision is being made durable; it decides the call either way.
             return
         now = self.clock.now()
         if record.state in (State.PREPARED, State.APPROVED):
@@ -514,6 +649,7 @@ class Lifecycle:
 
     def _store(self, session: Session, record: CallRecord) -> None:
         session.calls[record.execution_id] = record
+        self._calls_by_id[record.execution_id] = record
         session.open_calls += 1
         record.on_terminal = session.call_ended
         excess = len(session.calls) - self.settings.max_kept_calls_per_session
@@ -528,6 +664,7 @@ class Lifecycle:
                 victims.append(old)
         for old in victims:
             del session.calls[old.execution_id]
+            self._calls_by_id.pop(old.execution_id, None)
             session.prepare_requests.pop(old.prepare_request_id, None)
             session.invoke_requests.pop(old.invoke_request_id, None)
 
@@ -545,6 +682,7 @@ class Lifecycle:
             limits=self.settings.tool_limits,
             resources=session.resources,
             execution_id=execution_id,
+            principal=session.owner,
             output=output,
         )
 

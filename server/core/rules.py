@@ -25,7 +25,7 @@ from .commands import (
     normalize_command,
 )
 from .commands import parse_family as parse_command_family
-from .models import TREE_PREFIX, Requirement, RequirementKind
+from .models import TREE_PREFIX, Requirement, RequirementKind, RuleCandidate
 from .paths import is_within
 
 
@@ -182,6 +182,14 @@ class RuleBook:
     def remove(self, rule_id: str) -> Rule | None:
         return self._rules.pop(rule_id, None)
 
+    def get(self, rule_id: str) -> Rule | None:
+        return self._rules.get(rule_id)
+
+    def remove_scope(self, scope: str) -> None:
+        """Forget every rule of one scope (a session's rules when it closes)."""
+        for rule_id in [r.rule_id for r in self._rules.values() if r.scope == scope]:
+            del self._rules[rule_id]
+
     def all(self) -> list[Rule]:
         return sorted(self._rules.values(), key=lambda r: (r.create_time, r.rule_id))
 
@@ -216,3 +224,36 @@ class RuleBook:
         ]
         used = set(_command_matcher(rule.match for rule in rules).allowing(requirement.match))
         return [rule for rule in rules if _canonical_command_pattern(rule.match) in used]
+
+
+def offered_candidates(
+    candidates: Iterable[RuleCandidate], unmet: Iterable[Requirement]
+) -> tuple[RuleCandidate, ...]:
+    """The candidates an approver is offered: those that cover at least one unmet
+    requirement, in their normalized form, never a pattern over every path or command (the
+    tools never propose one; this refuses it again should one slip through)."""
+    unmet = tuple(unmet)
+    offered: dict[tuple[str, str], RuleCandidate] = {}
+    for candidate in candidates:
+        try:
+            pattern = normalize_pattern(candidate.kind, candidate.match)
+        except RulePatternError:
+            continue
+        if _too_wide(candidate.kind, pattern):
+            continue
+        if any(
+            r.kind == candidate.kind and pattern_covers(r.kind, pattern, r.match) for r in unmet
+        ):
+            offered.setdefault(
+                (candidate.kind, pattern),
+                RuleCandidate(candidate.kind, pattern, candidate.description),
+            )
+    return tuple(offered.values())
+
+
+def _too_wide(kind: str, pattern: str) -> bool:
+    if kind in _FILESYSTEM_KINDS:
+        return pattern.removeprefix(TREE_PREFIX) == "/"
+    if kind == RequirementKind.COMMAND_EXECUTE and is_family_pattern(pattern):
+        return not parse_command_family(pattern).tokens
+    return False

@@ -41,6 +41,10 @@ class Prepared:
     requirements: tuple[Requirement, ...]
     artifact: Artifact
     candidates: tuple[RuleCandidate, ...] = ()
+    # For commands: the exact command that would run and its working directory, shown to
+    # the approver (empty for other tools).
+    command: str = ""
+    working_directory: str = ""
 
 
 @dataclass(slots=True)
@@ -81,6 +85,8 @@ class ToolContext:
     resources: SessionResources
     # Set at Invoke: the call being run.
     execution_id: str = ""
+    # The principal that owns the session (shown to approvers, e.g. with an AskUser question).
+    principal: str = ""
     # Set only at Invoke for InvokeStream: receives output chunks as they are produced.
     output: OutputSink | None = None
 

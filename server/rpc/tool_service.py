@@ -55,6 +55,7 @@ class ToolServicer:
             "GetCall": self.get_call,
             "ListCalls": self.list_calls,
             "CancelCall": self.cancel_call,
+            "WatchCall": self.watch_call,
             "Exchange": self.exchange,
         }
 
@@ -133,6 +134,13 @@ class ToolServicer:
             call.principal, request.session_id, request.execution_id
         )
         return pb.CancelCallResponse(call=call_to_proto(snapshot))
+
+    async def watch_call(self, request: pb.WatchCallRequest, call: Call) -> None:
+        snapshots = self.lifecycle.watch_call(
+            call.principal, request.session_id, request.execution_id
+        )
+        async for snapshot in snapshots:
+            await call.context.write(pb.WatchCallResponse(call=call_to_proto(snapshot)))
 
     async def exchange(self, requests: AsyncIterator[pb.ExchangeRequest], call: Call) -> None:
         if self._stopping:

@@ -743,6 +743,8 @@ class Bash(Tool[BashArguments, BashArtifact]):
             requirements=requirements,
             artifact=artifact,
             candidates=candidates,
+            command=command,
+            working_directory=workdir,
         )
 
     def _timeout(self, args: BashArguments) -> float | None:

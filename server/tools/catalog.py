@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from callgate.server.core.board import ApprovalBoard
 from callgate.server.core.tool import ToolPlugin
 from callgate.server.sandbox.runner import CommandRunner
 
+from .ask import AskUser
 from .bash import BackgroundStarter, Bash, CommandSettings
 from .files import EditFile, ReadFile, WriteFile
 from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
@@ -29,3 +31,8 @@ def command_tools(
     """Bash on the server's runner (bubblewrap or unconfined, chosen at start). Without a
     `background` starter, `background: true` is refused at Prepare."""
     return [Bash(runner, settings, background)]
+
+
+def ask_tools(board: ApprovalBoard, timeout_seconds: float, headless: bool) -> list[ToolPlugin]:
+    """AskUser, publishing its questions on the approval board (`no_user` when headless)."""
+    return [AskUser(board, timeout_seconds, headless)]

@@ -40,9 +40,9 @@ class ScriptedToolService(tool_service_pb2_grpc.ToolServiceServicer):
     """Answers every RPC with the next outcome scripted for its method, else UNIMPLEMENTED.
 
     An outcome is a response message, a `grpc.Status` to abort with, `Hang()`, or for
-    InvokeStream a sequence of stream messages (optionally ending with a status). Exchange
-    is always UNIMPLEMENTED, as on a server that predates it, so the client under test falls
-    back to the unary RPCs scripted here; `exchange_attempts` counts its tries.
+    InvokeStream and WatchCall a sequence of stream messages (optionally ending with a
+    status). Exchange is always UNIMPLEMENTED, as on a server that predates it, so the client
+    under test falls back to the unary RPCs scripted here; `exchange_attempts` counts its tries.
     """
 
     def __init__(self) -> None:
@@ -162,6 +162,19 @@ class ScriptedToolService(tool_service_pb2_grpc.ToolServiceServicer):
             if isinstance(item, grpc.Status):
                 await context.abort_with_status(item)
             assert isinstance(item, tool_service_pb2.InvokeStreamResponse)
+            yield item
+
+    async def WatchCall(
+        self,
+        request: tool_service_pb2.WatchCallRequest,
+        context: grpc.aio.ServicerContext[message.Message, message.Message],
+    ) -> AsyncIterator[tool_service_pb2.WatchCallResponse]:
+        outcome = await self._next("WatchCall", request, context)
+        assert isinstance(outcome, Sequence), f"WatchCall scripted with {outcome!r}"
+        for item in outcome:
+            if isinstance(item, grpc.Status):
+                await context.abort_with_status(item)
+            assert isinstance(item, tool_service_pb2.WatchCallResponse)
             yield item
 
     async def Exchange(

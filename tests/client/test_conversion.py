@@ -12,9 +12,16 @@ from pydantic import BaseModel
 
 from callgate.client import (
     Decision,
+    DecisionKind,
     Denial,
     DenialKind,
+    PendingApproval,
+    PendingQuestion,
     Requirement,
+    Resolved,
+    Rule,
+    RuleCandidate,
+    RuleEffect,
     SandboxMode,
     Session,
     State,
@@ -23,7 +30,9 @@ from callgate.client import (
     ToolSpec,
 )
 from callgate.client.conversion import (
+    DECISION_KINDS,
     DENIAL_KINDS,
+    RULE_EFFECTS,
     SANDBOX_MODES,
     STATES,
     call_from_proto,
@@ -31,7 +40,7 @@ from callgate.client.conversion import (
     session_from_proto,
     tool_spec_from_proto,
 )
-from callgate.v1 import session_pb2, tool_call_pb2, tool_service_pb2
+from callgate.v1 import approval_service_pb2, session_pb2, tool_call_pb2, tool_service_pb2
 from tests.client.scripted_server import TIME, call_message, session_message
 
 ENUM_TABLES: list[
@@ -50,6 +59,12 @@ ENUM_TABLES: list[
         SANDBOX_MODES,
         SandboxMode,
     ),
+    (
+        approval_service_pb2.DESCRIPTOR.enum_types_by_name["RuleEffect"],
+        "RULE_EFFECT_",
+        RULE_EFFECTS,
+        RuleEffect,
+    ),
 ]
 
 
@@ -67,6 +82,16 @@ def test_enum_tables_map_each_proto_value_to_the_model_value_of_the_same_name(
     assert set(table.values()) == set(model_enum)
 
 
+def test_decision_kinds_map_every_decision_to_the_proto_value_of_the_same_name() -> None:
+    """Each DecisionKind is sent as its proto twin; only UNSPECIFIED has no model value."""
+    proto_enum = approval_service_pb2.DESCRIPTOR.enum_types_by_name["DecisionKind"]
+    for kind in DecisionKind:
+        assert proto_enum.values_by_number[DECISION_KINDS[kind]].name == (
+            "DECISION_KIND_" + kind.name
+        )
+    assert len(DECISION_KINDS) == len(proto_enum.values) - 1
+
+
 def _field_names(message_descriptor: descriptor.Descriptor) -> set[str]:
     return {field.name for field in message_descriptor.fields}
 
@@ -80,6 +105,11 @@ def _field_names(message_descriptor: descriptor.Descriptor) -> set[str]:
         (tool_call_pb2.Decision.DESCRIPTOR, Decision),
         (tool_call_pb2.Denial.DESCRIPTOR, Denial),
         (tool_call_pb2.ToolResult.DESCRIPTOR, ToolResult),
+        (approval_service_pb2.PendingApproval.DESCRIPTOR, PendingApproval),
+        (approval_service_pb2.PendingQuestion.DESCRIPTOR, PendingQuestion),
+        (approval_service_pb2.Resolved.DESCRIPTOR, Resolved),
+        (approval_service_pb2.RuleCandidate.DESCRIPTOR, RuleCandidate),
+        (approval_service_pb2.Rule.DESCRIPTOR, Rule),
     ],
 )
 def test_every_proto_field_has_a_model_field_of_the_same_name(

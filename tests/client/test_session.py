@@ -390,6 +390,29 @@ async def test_invoke_stream_yields_output_chunks_then_the_final_call(
 
 
 @pytest.mark.anyio
+async def test_watch_call_yields_each_state_and_stops_at_a_terminal_one(
+    client: CallgateClient, service: ScriptedToolService
+) -> None:
+    """WatchCall's calls arrive in order; the iteration ends with the terminal state."""
+    events = [
+        tool_service_pb2.WatchCallResponse(call=call_message(state))
+        for state in (
+            tool_call_pb2.STATE_AWAITING_APPROVAL,
+            tool_call_pb2.STATE_APPROVED,
+            tool_call_pb2.STATE_DENIED,
+        )
+    ]
+    with anyio.fail_after(5):
+        session = await _open(client, service)
+        service.script("WatchCall", events)
+        states = [call.state async for call in session.watch_call("ex-1")]
+    assert states == [State.AWAITING_APPROVAL, State.APPROVED, State.DENIED]
+    request = _only(service, "WatchCall")
+    assert isinstance(request, tool_service_pb2.WatchCallRequest)
+    assert (request.session_id, request.execution_id) == ("s-1", "ex-1")
+
+
+@pytest.mark.anyio
 async def test_invoke_stream_raises_the_typed_error_that_ends_the_stream(
     client: CallgateClient, service: ScriptedToolService
 ) -> None:

@@ -15,10 +15,10 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_health_reports_serving(harness: Harness) -> None:
-    """The overall and ToolService health are SERVING."""
+    """The overall, ToolService and ApprovalService health are SERVING."""
     async with grpc.aio.insecure_channel(harness.tcp_target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "callgate.v1.ToolService"):
+        for service in ("", "callgate.v1.ToolService", "callgate.v1.ApprovalService"):
             response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert response.status == health_pb2.HealthCheckResponse.SERVING
 
@@ -44,3 +44,4 @@ async def test_reflection_lists_the_tool_service(harness: Harness) -> None:
         async for response in stub.ServerReflectionInfo(requests(), timeout=5):
             names.extend(s.name for s in response.list_services_response.service)
         assert "callgate.v1.ToolService" in names
+        assert "callgate.v1.ApprovalService" in names

@@ -649,6 +649,50 @@ class CancelCallResponse(_message.Message):
 Global___CancelCallResponse: _TypeAlias = CancelCallResponse  # noqa: Y015
 
 @_typing.final
+class WatchCallRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    execution_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        execution_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchCallRequest: _TypeAlias = WatchCallRequest  # noqa: Y015
+
+@_typing.final
+class WatchCallResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def call(self) -> _tool_call_pb2.ToolCall:
+        """The call as it is now; the last message of the stream holds a terminal state."""
+
+    def __init__(
+        self,
+        *,
+        call: _tool_call_pb2.ToolCall | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchCallResponse: _TypeAlias = WatchCallResponse  # noqa: Y015
+
+@_typing.final
 class ExchangeRequest(_message.Message):
     """ExchangeRequest is one operation sent on an Exchange stream."""
 

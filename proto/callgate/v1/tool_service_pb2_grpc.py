@@ -100,6 +100,11 @@ class ToolServiceStub:
                 request_serializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.FromString,
                 _registered_method=True)
+        self.WatchCall = channel.unary_stream(
+                '/callgate.v1.ToolService/WatchCall',
+                request_serializer=callgate_dot_v1_dot_tool__service__pb2.WatchCallRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_tool__service__pb2.WatchCallResponse.FromString,
+                _registered_method=True)
         self.Exchange = channel.stream_stream(
                 '/callgate.v1.ToolService/Exchange',
                 request_serializer=callgate_dot_v1_dot_tool__service__pb2.ExchangeRequest.SerializeToString,
@@ -204,6 +209,14 @@ class ToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchCall(self, request, context):
+        """Streams a call's state: the current call first, then the call after every change, and
+        ends after the call reaches a terminal state (or when the client cancels).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Exchange(self, request_iterator, context):
         """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
         bidirectional stream, so that a tool call costs message round trips on an open stream
@@ -295,6 +308,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.CancelCall,
                     request_deserializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.SerializeToString,
+            ),
+            'WatchCall': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchCall,
+                    request_deserializer=callgate_dot_v1_dot_tool__service__pb2.WatchCallRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_tool__service__pb2.WatchCallResponse.SerializeToString,
             ),
             'Exchange': grpc.stream_stream_rpc_method_handler(
                     servicer.Exchange,
@@ -632,6 +650,33 @@ class ToolService:
             '/callgate.v1.ToolService/CancelCall',
             callgate_dot_v1_dot_tool__service__pb2.CancelCallRequest.SerializeToString,
             callgate_dot_v1_dot_tool__service__pb2.CancelCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/callgate.v1.ToolService/WatchCall',
+            callgate_dot_v1_dot_tool__service__pb2.WatchCallRequest.SerializeToString,
+            callgate_dot_v1_dot_tool__service__pb2.WatchCallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,10 @@ class ToolServiceStub:
     """Lists a session's calls, newest first."""
     CancelCall: _grpc.UnaryUnaryMultiCallable[_tool_service_pb2.CancelCallRequest, _tool_service_pb2.CancelCallResponse]
     """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+    WatchCall: _grpc.UnaryStreamMultiCallable[_tool_service_pb2.WatchCallRequest, _tool_service_pb2.WatchCallResponse]
+    """Streams a call's state: the current call first, then the call after every change, and
+    ends after the call reaches a terminal state (or when the client cancels).
+    """
     Exchange: _grpc.StreamStreamMultiCallable[_tool_service_pb2.ExchangeRequest, _tool_service_pb2.ExchangeResponse]
     """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
     bidirectional stream, so that a tool call costs message round trips on an open stream
@@ -140,6 +144,10 @@ class ToolServiceAsyncStub(ToolServiceStub):
     """Lists a session's calls, newest first."""
     CancelCall: _aio.UnaryUnaryMultiCallable[_tool_service_pb2.CancelCallRequest, _tool_service_pb2.CancelCallResponse]  # type: ignore[assignment]
     """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+    WatchCall: _aio.UnaryStreamMultiCallable[_tool_service_pb2.WatchCallRequest, _tool_service_pb2.WatchCallResponse]  # type: ignore[assignment]
+    """Streams a call's state: the current call first, then the call after every change, and
+    ends after the call reaches a terminal state (or when the client cancels).
+    """
     Exchange: _aio.StreamStreamMultiCallable[_tool_service_pb2.ExchangeRequest, _tool_service_pb2.ExchangeResponse]  # type: ignore[assignment]
     """Carries Prepare, Approve, Invoke, GetCall and CancelCall over one long-lived
     bidirectional stream, so that a tool call costs message round trips on an open stream
@@ -278,6 +286,16 @@ class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tool_service_pb2.CancelCallResponse, _abc.Awaitable[_tool_service_pb2.CancelCallResponse]]:
         """Cancels a call that has not finished. Cancelling a running call stops its effect."""
+
+    @_abc_1.abstractmethod
+    def WatchCall(
+        self,
+        request: _tool_service_pb2.WatchCallRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tool_service_pb2.WatchCallResponse], _abc.AsyncIterator[_tool_service_pb2.WatchCallResponse]]:
+        """Streams a call's state: the current call first, then the call after every change, and
+        ends after the call reaches a terminal state (or when the client cancels).
+        """
 
     @_abc_1.abstractmethod
     def Exchange(

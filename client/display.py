@@ -1,0 +1,215 @@
+"""Plain-text rendering of approvals, questions and rules, with every server string made safe
+for a terminal: nothing the server sends can move the cursor, erase, recolour or reorder what
+the approver reads.
+
+Control characters (C0, DEL, C1, so ESC and CR too), format characters (bidi overrides and
+isolates, zero-width characters, BOM), line and paragraph separators, non-ASCII spaces,
+private-use, surrogate and unassigned code points are shown escaped as `\\t`, `\\n`, `\\r`,
+`\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`. A literal backslash is left as it is, so a renderer that
+escaped anything says so in a warning line: without the warning, every backslash shown is
+one the text really contains. Nothing is truncated.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+from callgate.client.models import (
+    PendingApproval,
+    PendingQuestion,
+    Requirement,
+    Rule,
+    RuleCandidate,
+    State,
+)
+
+__all__ = [
+    "DECISION_PROMPT",
+    "count_hidden",
+    "render_approval",
+    "render_question",
+    "render_resolved",
+    "render_rules",
+    "visible",
+]
+
+DECISION_PROMPT: Final = "[o]nce  [s]ession  [a]lways  [d]eny  [k]skip ? "
+"""The prompt an approver answers for a pending call."""
+
+_HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_NAMED_ESCAPES: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_RULE: Final = "─" * 72
+
+
+def _is_hidden(char: str) -> bool:
+    category = unicodedata.category(char)
+    return category in _HIDDEN_CATEGORIES or (category == "Zs" and char != " ")
+
+
+def _escape(char: str) -> str:
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def visible(text: str) -> str:
+    """`text` with every character a terminal would act on, or that a reader cannot see,
+    escaped; everything else (including non-ASCII letters) unchanged."""
+    if text.isascii() and text.isprintable():
+        return text  # The common case: nothing to escape.
+    return "".join(_escape(char) if _is_hidden(char) else char for char in text)
+
+
+def count_hidden(text: str) -> int:
+    """How many characters of `text` `visible` escapes."""
+    if text.isascii() and text.isprintable():
+        return 0
+    return sum(1 for char in text if _is_hidden(char))
+
+
+class _Lines:
+    """Lines being rendered, counting the characters escaped on the way."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.hidden = 0
+
+    def safe(self, text: str) -> str:
+        self.hidden += count_hidden(text)
+        return visible(text)
+
+    def add(self, line: str = "") -> None:
+        self.lines.append(line)
+
+    def field(self, label: str, value: str) -> None:
+        self.add(f"  {label:<13}{self.safe(value) if value else '-'}")
+
+    def block(self, label: str, text: str) -> None:
+        """Multi-line text (a command, a question): one gutter line per line, each escaped."""
+        lines = text.split("\n")
+        count = f" ({len(lines)} lines)" if len(lines) > 1 else ""
+        self.add(f"  {label}{count}:")
+        for line in lines:
+            self.add(f"    │ {self.safe(line)}")
+
+    def text(self) -> str:
+        if self.hidden:
+            self.add(
+                f"  WARNING: {self.hidden} control or invisible character(s) above are shown "
+                "escaped (\\xNN, \\uNNNN); look closely before deciding."
+            )
+        return "\n".join(self.lines)
+
+
+def _deadline(deadline: datetime | None, now: datetime | None) -> str:
+    if deadline is None:
+        return ""
+    shown = deadline.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if now is None:
+        return shown
+    left = int((deadline - now).total_seconds())
+    if left <= 0:
+        return f"{shown} (passed)"
+    minutes, seconds = divmod(left, 60)
+    return f"{shown} (in {minutes}m {seconds:02d}s)"
+
+
+def _requirements(out: _Lines, title: str, requirements: Sequence[Requirement]) -> None:
+    out.add(f"  {title}:")
+    if not requirements:
+        out.add("    (none)")
+    for number, requirement in enumerate(requirements, 1):
+        out.add(f"    {number}. {out.safe(requirement.kind)}")
+        out.add(f"       match:       {out.safe(requirement.match)}")
+        if requirement.scope and requirement.scope != requirement.match:
+            out.add(f"       scope:       {out.safe(requirement.scope)}")
+        out.add(f"       description: {out.safe(requirement.description)}")
+
+
+def _candidates(out: _Lines, candidates: Sequence[RuleCandidate]) -> None:
+    out.add("  [s]ession / [a]lways would also allow:")
+    if not candidates:
+        out.add("    (nothing: no rule would be saved)")
+    for candidate in candidates:
+        line = f"    - {out.safe(candidate.kind)}  {out.safe(candidate.match)}"
+        if candidate.description:
+            line += f"  ({out.safe(candidate.description)})"
+        out.add(line)
+
+
+def render_approval(item: PendingApproval, *, now: datetime | None = None) -> str:
+    """Everything about a pending call, in full, for a human to decide it; `now` adds the
+    time left before the deadline."""
+    call = item.call
+    out = _Lines()
+    out.add(_RULE)
+    out.add(f"APPROVAL  {out.safe(call.tool_name)}")
+    out.field("call", call.execution_id)
+    out.field("session", call.session_id)
+    out.field("summary", call.summary)
+    out.field("requested by", item.requested_by)
+    out.field("workspace", item.workspace)
+    if item.unmet:
+        _requirements(out, "unmet requirements (what you decide)", item.unmet)
+    else:
+        _requirements(out, "requirements", call.requirements)
+    if item.command:
+        out.block("command, exactly as it would run", item.command)
+    if item.working_directory:
+        out.field("working dir", item.working_directory)
+    out.field("digest", call.digest)
+    _candidates(out, item.candidates)
+    out.field("deadline", _deadline(item.deadline, now))
+    return out.text()
+
+
+def render_question(item: PendingQuestion, *, now: datetime | None = None) -> str:
+    """A pending AskUser question with its numbered choices."""
+    out = _Lines()
+    out.add(_RULE)
+    out.add("QUESTION")
+    out.field("call", item.execution_id)
+    out.field("session", item.session_id)
+    out.field("requested by", item.requested_by)
+    out.block("question", item.question)
+    if item.choices:
+        out.add('  choices (answer with a number, or type "other" or your own text):')
+        for number, choice in enumerate(item.choices, 1):
+            out.add(f"    {number}. {out.safe(choice)}")
+    out.field("deadline", _deadline(item.deadline, now))
+    return out.text()
+
+
+def render_resolved(execution_id: str, state: State) -> str:
+    """One line: a pending item was resolved somewhere else."""
+    return f"resolved elsewhere: {visible(execution_id)} is now {state.value}"
+
+
+_RULE_COLUMNS: Final = ("id", "effect", "kind", "match", "scope", "origin")
+
+
+def render_rules(rules: Iterable[Rule]) -> str:
+    """A table of rules, one per line, columns aligned; nothing truncated."""
+    rows = [list(_RULE_COLUMNS)]
+    hidden = 0
+    for rule in rules:
+        cells = [rule.rule_id, rule.effect.value, rule.kind, rule.match, rule.scope, rule.origin]
+        hidden += sum(count_hidden(cell) for cell in cells)
+        rows.append([visible(cell) or "-" for cell in cells])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(_RULE_COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    if hidden:
+        lines.append(f"WARNING: {hidden} control or invisible character(s) are shown escaped.")
+    return "\n".join(lines)

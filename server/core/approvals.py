@@ -1,0 +1,251 @@
+"""The approver's operations (DESIGN 4.4): decide gated calls, answer AskUser questions, and
+manage session and workspace rules. Requires the approver role on every method.
+
+A decision is checked and applied with no await in between, so when several approvers
+decide the same call exactly one wins and the others get CALL_STATE_INVALID. The one
+exception is APPROVE_ALWAYS, which first makes its rules durable: the call is claimed
+(`CallRecord.deciding`) for the duration of the write, and a failed write approves nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import secrets
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from .board import Subscription
+from .calls import CallRecord, CallSnapshot
+from .errors import CallgateError, FailedPrecondition, InternalError, NotFound, request_invalid
+from .lifecycle import Lifecycle
+from .models import RequirementKind, State
+from .paths import is_within
+from .principals import Principal, Role
+from .rules import CONFIG_ORIGIN, Effect, Rule, RuleBook, RulePatternError, normalize_pattern
+
+log = logging.getLogger(__name__)
+
+MAX_NOTE_CHARS = 4096
+MAX_ANSWER_CHARS = 16_384
+
+
+class ApproverDecision(enum.StrEnum):
+    APPROVE_ONCE = "approve_once"
+    APPROVE_FOR_SESSION = "approve_for_session"
+    APPROVE_ALWAYS = "approve_always"
+    DENY = "deny"
+
+
+class RuleStore(Protocol):
+    """Where workspace rules are persisted. Both methods return only once durable."""
+
+    async def add(self, rules: Sequence[Rule]) -> None: ...
+    async def delete(self, rule_id: str) -> None: ...
+
+
+def _new_rule_id() -> str:
+    return "rule_" + secrets.token_urlsafe(12)
+
+
+class Approvals:
+    """Decide, Answer and the rule operations over the lifecycle, the rule book and the
+    durable rule store."""
+
+    def __init__(self, lifecycle: Lifecycle, rules: RuleBook, store: RuleStore) -> None:
+        self.lifecycle = lifecycle
+        self.rules = rules
+        self.store = store
+
+    def watch(self, principal: Principal) -> AbstractContextManager[Subscription]:
+        """Subscribe to the approval board (pending items first, then every change)."""
+        principal.require(Role.APPROVER)
+        return self.lifecycle.board.subscribe()
+
+    # ------------------------------------------------------------------ decisions
+
+    async def decide(
+        self,
+        principal: Principal,
+        execution_id: str,
+        digest: str,
+        kind: ApproverDecision | None,
+        note: str,
+    ) -> CallSnapshot:
+        principal.require(Role.APPROVER)
+        if not execution_id:
+            raise request_invalid("execution_id", "the execution_id is required")
+        if not digest:
+            raise request_invalid("digest", "the digest the approver was shown is required")
+        if kind is None:
+            raise request_invalid("kind", "the decision kind is required")
+        if len(note) > MAX_NOTE_CHARS:
+            raise request_invalid("note", f"the note may hold at most {MAX_NOTE_CHARS} characters")
+        _, record = self.lifecycle.find_call(principal, execution_id)
+        _check_decidable(record)
+        if digest != record.digest:
+            raise FailedPrecondition(
+                "DIGEST_MISMATCH",
+                "The digest is not the call's digest; decide on the call as it is shown now.",
+            )
+        if kind is ApproverDecision.DENY:
+            return self.lifecycle.decide_by_human(record, principal.name, False, note)
+        if kind is ApproverDecision.APPROVE_ONCE:
+            return self.lifecycle.decide_by_human(record, principal.name, True, note)
+        pending = self.lifecycle.board.pending_approval(execution_id)
+        candidates = pending.candidates if pending is not None else ()
+        if kind is ApproverDecision.APPROVE_FOR_SESSION:
+            scope = f"session:{record.session_id}"
+        else:
+            scope = f"workspace:{self.lifecycle.call_workspace(record)}"
+        now = self.lifecycle.clock.now()
+        rules = [
+            Rule(_new_rule_id(), Effect.ALLOW, c.kind, c.match, scope, principal.name, now)
+            for c in candidates
+        ]
+        if kind is ApproverDecision.APPROVE_ALWAYS and rules:
+            record.deciding = True
+            try:
+                await self._persist(rules)
+            finally:
+                record.deciding = False
+        for rule in rules:
+            self.rules.add(rule)
+        # A cancel may have come while the rules were written; they stay (they were decided).
+        _check_decidable(record)
+        snapshot = self.lifecycle.decide_by_human(
+            record, principal.name, True, note, tuple(r.rule_id for r in rules)
+        )
+        if rules:
+            self.lifecycle.reevaluate_pending()
+        return snapshot
+
+    async def _persist(self, rules: Sequence[Rule]) -> None:
+        try:
+            await self.store.add(rules)
+        except CallgateError:
+            raise
+        except Exception:
+            log.exception("persisting rules failed; nothing was approved")
+            raise InternalError() from None
+
+    # ------------------------------------------------------------------ questions
+
+    def answer(self, principal: Principal, execution_id: str, answer: str) -> None:
+        principal.require(Role.APPROVER)
+        if not execution_id:
+            raise request_invalid("execution_id", "the execution_id is required")
+        board = self.lifecycle.board
+        question = board.question(execution_id)
+        if question is None:
+            self.lifecycle.find_call(principal, execution_id)
+            raise FailedPrecondition(
+                "CALL_STATE_INVALID",
+                "The call has no question waiting for an answer.",
+            )
+        if not answer:
+            raise request_invalid("answer", "the answer must not be empty")
+        if len(answer) > MAX_ANSWER_CHARS:
+            raise request_invalid(
+                "answer", f"the answer may hold at most {MAX_ANSWER_CHARS} characters"
+            )
+        choices = question.item.choices
+        if choices and answer not in choices and answer != "other":
+            raise request_invalid("answer", "the answer must be one of the choices or 'other'")
+        question.answer = answer
+        question.answered.set()
+        board.resolve(execution_id, State.SUCCEEDED)
+
+    # ------------------------------------------------------------------ rules
+
+    def list_rules(self, principal: Principal, session_id: str) -> list[Rule]:
+        principal.require(Role.APPROVER)
+        if not session_id:
+            return self.rules.all()
+        root = self.lifecycle.session_workspace(principal, session_id)
+        return [r for r in self.rules.all() if r.applies_to(session_id, root)]
+
+    async def create_rule(
+        self, principal: Principal, effect: Effect | None, kind: str, match: str, scope: str
+    ) -> Rule:
+        principal.require(Role.APPROVER)
+        if effect is None:
+            raise request_invalid("effect", "the effect must be allow or deny")
+        try:
+            RequirementKind(kind)
+        except ValueError:
+            known = ", ".join(k.value for k in RequirementKind)
+            raise request_invalid("kind", f"the kind must be one of {known}") from None
+        try:
+            pattern = normalize_pattern(kind, match)
+        except RulePatternError as exc:
+            raise request_invalid("match", str(exc)) from None
+        scope = self._check_scope(principal, scope)
+        rule = Rule(
+            _new_rule_id(), effect, kind, pattern, scope, principal.name, self.lifecycle.clock.now()
+        )
+        if scope.startswith("workspace:"):
+            await self._persist([rule])
+        self.rules.add(rule)
+        self.lifecycle.reevaluate_pending()
+        return rule
+
+    async def delete_rule(self, principal: Principal, rule_id: str) -> None:
+        principal.require(Role.APPROVER)
+        if not rule_id:
+            raise request_invalid("rule_id", "the rule_id is required")
+        rule = self.rules.get(rule_id)
+        if rule is None:
+            raise NotFound("RULE_NOT_FOUND", "No rule has that ID; ListRules shows the rules.")
+        if not rule.scope or rule.origin == CONFIG_ORIGIN:
+            raise FailedPrecondition(
+                "RULE_READ_ONLY",
+                "Config rules are read-only; change the server's configuration file instead.",
+                metadata={"rule_id": rule_id},
+            )
+        if rule.scope.startswith("workspace:"):
+            try:
+                await self.store.delete(rule_id)
+            except CallgateError:
+                raise
+            except Exception:
+                log.exception("deleting a persisted rule failed; the rule stays")
+                raise InternalError() from None
+        self.rules.remove(rule_id)
+
+    def _check_scope(self, principal: Principal, scope: str) -> str:
+        if scope.startswith("session:"):
+            try:
+                self.lifecycle.session_workspace(principal, scope.removeprefix("session:"))
+            except NotFound:
+                raise request_invalid("scope", "no open session has that ID") from None
+            return scope
+        if scope.startswith("workspace:"):
+            root = scope.removeprefix("workspace:")
+            if (
+                "\x00" in root
+                or not os.path.isabs(root)
+                or os.path.realpath(root) != root
+                or not os.path.isdir(root)
+            ):
+                raise request_invalid(
+                    "scope", "a workspace scope needs an absolute, canonical directory"
+                )
+            allowed = self.lifecycle.settings.allowed_roots
+            if not any(is_within(root, a) for a in allowed):
+                raise request_invalid("scope", "the workspace is outside the allowed roots")
+            return scope
+        raise request_invalid("scope", "the scope must be session:<id> or workspace:<root>")
+
+
+def _check_decidable(record: CallRecord) -> None:
+    if record.state is not State.AWAITING_APPROVAL or record.deciding:
+        raise FailedPrecondition(
+            "CALL_STATE_INVALID",
+            f"The call is {record.state.value}; only a call awaiting approval can be decided."
+            if not record.deciding
+            else "Another approver is deciding this call.",
+            metadata={"state": record.state.value},
+        )

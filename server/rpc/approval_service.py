@@ -1,0 +1,148 @@
+"""callgate.v1.ApprovalService: each handler converts, calls one Approvals method, converts
+back. WatchApprovals writes the board's items until the client goes away."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from callgate.server.core.approvals import Approvals, ApproverDecision
+from callgate.server.core.board import PendingApproval, PendingQuestion, Resolved
+from callgate.server.core.rules import Effect, Rule
+from callgate.v1 import approval_service_pb2 as pb
+from callgate.v1 import tool_call_pb2
+
+from .convert import call_to_proto, state_to_proto, timestamp
+from .handlers import Call, StreamHandler, UnaryHandler
+
+
+def decision_from_proto(kind: pb.DecisionKind.ValueType) -> ApproverDecision | None:
+    """The core decision kind; None for UNSPECIFIED or a value this server does not know."""
+    return _DECISIONS.get(kind)
+
+
+_DECISIONS: dict[int, ApproverDecision] = {
+    pb.DECISION_KIND_APPROVE_ONCE: ApproverDecision.APPROVE_ONCE,
+    pb.DECISION_KIND_APPROVE_FOR_SESSION: ApproverDecision.APPROVE_FOR_SESSION,
+    pb.DECISION_KIND_APPROVE_ALWAYS: ApproverDecision.APPROVE_ALWAYS,
+    pb.DECISION_KIND_DENY: ApproverDecision.DENY,
+}
+
+_EFFECTS: dict[int, Effect] = {
+    pb.RULE_EFFECT_ALLOW: Effect.ALLOW,
+    pb.RULE_EFFECT_DENY: Effect.DENY,
+}
+
+
+def effect_to_proto(effect: Effect) -> pb.RuleEffect.ValueType:
+    match effect:
+        case Effect.ALLOW:
+            return pb.RULE_EFFECT_ALLOW
+        case Effect.DENY:
+            return pb.RULE_EFFECT_DENY
+        case _:
+            assert_never(effect)
+
+
+def rule_to_proto(rule: Rule) -> pb.Rule:
+    return pb.Rule(
+        rule_id=rule.rule_id,
+        effect=effect_to_proto(rule.effect),
+        kind=rule.kind,
+        match=rule.match,
+        scope=rule.scope,
+        origin=rule.origin,
+        create_time=timestamp(rule.create_time),
+    )
+
+
+def item_to_proto(item: PendingApproval | PendingQuestion | Resolved) -> pb.WatchApprovalsResponse:
+    if isinstance(item, PendingApproval):
+        return pb.WatchApprovalsResponse(
+            approval=pb.PendingApproval(
+                call=call_to_proto(item.call),
+                candidates=[
+                    pb.RuleCandidate(kind=c.kind, match=c.match, description=c.description)
+                    for c in item.candidates
+                ],
+                unmet=[
+                    tool_call_pb2.Requirement(
+                        kind=r.kind, scope=r.scope, match=r.match, description=r.description
+                    )
+                    for r in item.unmet
+                ],
+                command=item.command,
+                working_directory=item.working_directory,
+                requested_by=item.requested_by,
+                workspace=item.workspace,
+                deadline=timestamp(item.deadline),
+            )
+        )
+    if isinstance(item, PendingQuestion):
+        return pb.WatchApprovalsResponse(
+            question=pb.PendingQuestion(
+                execution_id=item.execution_id,
+                session_id=item.session_id,
+                question=item.question,
+                choices=item.choices,
+                requested_by=item.requested_by,
+                deadline=timestamp(item.deadline),
+            )
+        )
+    return pb.WatchApprovalsResponse(
+        resolved=pb.Resolved(execution_id=item.execution_id, state=state_to_proto(item.state))
+    )
+
+
+class ApprovalServicer:
+    """Handlers for every ApprovalService method."""
+
+    def __init__(self, approvals: Approvals) -> None:
+        self.approvals = approvals
+
+    def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
+        return {
+            "WatchApprovals": self.watch_approvals,
+            "Decide": self.decide,
+            "Answer": self.answer,
+            "ListRules": self.list_rules,
+            "CreateRule": self.create_rule,
+            "DeleteRule": self.delete_rule,
+        }
+
+    async def watch_approvals(self, request: pb.WatchApprovalsRequest, call: Call) -> None:
+        with self.approvals.watch(call.principal) as subscription:
+            while True:
+                item = await subscription.next()
+                await call.context.write(item_to_proto(item))
+
+    async def decide(self, request: pb.DecideRequest, call: Call) -> pb.DecideResponse:
+        snapshot = await self.approvals.decide(
+            call.principal,
+            request.execution_id,
+            request.digest,
+            decision_from_proto(request.kind),
+            request.note,
+        )
+        return pb.DecideResponse(call=call_to_proto(snapshot))
+
+    async def answer(self, request: pb.AnswerRequest, call: Call) -> pb.AnswerResponse:
+        self.approvals.answer(call.principal, request.execution_id, request.answer)
+        return pb.AnswerResponse()
+
+    async def list_rules(self, request: pb.ListRulesRequest, call: Call) -> pb.ListRulesResponse:
+        rules = self.approvals.list_rules(call.principal, request.session_id)
+        return pb.ListRulesResponse(rules=[rule_to_proto(r) for r in rules])
+
+    async def create_rule(self, request: pb.CreateRuleRequest, call: Call) -> pb.CreateRuleResponse:
+        rule = await self.approvals.create_rule(
+            call.principal,
+            _EFFECTS.get(request.effect),
+            request.kind,
+            request.match,
+            request.scope,
+        )
+        return pb.CreateRuleResponse(rule=rule_to_proto(rule))
+
+    async def delete_rule(self, request: pb.DeleteRuleRequest, call: Call) -> pb.DeleteRuleResponse:
+        await self.approvals.delete_rule(call.principal, request.rule_id)
+        return pb.DeleteRuleResponse()

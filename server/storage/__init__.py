@@ -1,0 +1,1 @@
+"""Durable storage: SQLite files under the state directory."""
