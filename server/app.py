@@ -40,7 +40,15 @@ from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.storage.rules_store import SqliteRuleStore
 from callgate.server.tools.background import SupervisedBash
 from callgate.server.tools.bash import CommandSettings
-from callgate.server.tools.catalog import ask_tools, command_tools, file_tools, process_tools
+from callgate.server.tools.catalog import (
+    ask_tools,
+    command_tools,
+    fetch_tools,
+    file_tools,
+    process_tools,
+    skill_tools,
+    task_tools,
+)
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SupervisorSettings
@@ -207,6 +215,9 @@ class App:
                 *command_tools(self.runner, self.command_settings, background),
                 *process_tools(self.processes),
                 *ask_tools(self.board, config.ask.timeout_seconds, headless),
+                *fetch_tools(config.fetch.allow_networks),
+                *skill_tools(config.skills.directory or None),
+                *task_tools(),
             ]
         )
         roots = [

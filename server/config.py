@@ -85,6 +85,24 @@ class AskConfig(BaseModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=86_400)] = 600.0
 
 
+class SkillsConfig(BaseModel):
+    """The `[skills]` table: an optional absolute directory of `<name>/SKILL.md` skills,
+    offered to every session after (and shadowed by) the workspace's own `.skills`."""
+
+    model_config = _STRICT
+
+    directory: str = ""
+
+    @field_validator("directory")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError("the skills directory must be an absolute path (or empty)")
+        if "\x00" in value:
+            raise ValueError("the skills directory holds a NUL byte")
+        return value
+
+
 class ToolsConfig(BaseModel):
     """Tool caps (DESIGN section 5 defaults)."""
 
@@ -184,6 +202,7 @@ class ServerConfig(BaseModel):
     calls: CallsConfig = Field(default_factory=CallsConfig)
     approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
     ask: AskConfig = Field(default_factory=AskConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)

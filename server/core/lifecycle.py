@@ -66,7 +66,7 @@ class SystemClock:
 
 class ToolCatalog(Protocol):
     def get(self, name: str) -> ToolPlugin: ...
-    def infos(self) -> list[ToolInfo]: ...
+    def infos(self, workspace: Workspace | None = None) -> list[ToolInfo]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +239,8 @@ class Lifecycle:
         return loop_id
 
     def list_tools(self, principal: Principal, session_id: str) -> list[ToolInfo]:
-        self._session(principal, session_id)
-        return self.tools.infos()
+        session = self._session(principal, session_id)
+        return self.tools.infos(session.workspace)
 
     # ------------------------------------------------------------------ calls
 

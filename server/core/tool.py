@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +19,7 @@ from .errors import InternalError
 from .models import Requirement, RuleCandidate, ToolResult
 from .paths import Workspace
 from .resources import SessionResources
+from .taskgraph import TaskGraph
 
 
 class Arguments(BaseModel):
@@ -50,10 +51,12 @@ class Prepared:
 @dataclass(slots=True)
 class LoopState:
     """State one agent loop owns. `observations` maps a canonical path to the SHA-256 (hex)
-    of its content when the loop last read it in full (read-before-write)."""
+    of its content when the loop last read it in full (read-before-write); `tasks` is the
+    loop's task graph (TaskCreate and friends)."""
 
     loop_id: str
     observations: MutableMapping[str, str] = field(default_factory=dict)
+    tasks: TaskGraph = field(default_factory=TaskGraph)
 
 
 OutputSink = Callable[[bytes], Awaitable[None]]
@@ -139,3 +142,11 @@ class ToolPlugin(Protocol):
     def prepare(self, raw: dict[str, object], ctx: ToolContext) -> Prepared: ...
 
     async def invoke(self, artifact: Artifact, ctx: ToolContext) -> ToolResult: ...
+
+
+@runtime_checkable
+class SessionDescribed(Protocol):
+    """A tool whose description depends on the session (Skill lists the skills its workspace
+    offers). ListTools uses `describe` instead of the static description when a tool has it."""
+
+    def describe(self, workspace: Workspace) -> str: ...

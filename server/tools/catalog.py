@@ -8,9 +8,12 @@ from callgate.server.sandbox.runner import CommandRunner
 
 from .ask import AskUser
 from .bash import BackgroundStarter, Bash, CommandSettings
+from .fetch import Fetch
 from .files import EditFile, ReadFile, WriteFile
 from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
 from .search import Glob, Grep
+from .skill import Skill
+from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 
 
 def file_tools(rg_path: str | None) -> list[ToolPlugin]:
@@ -36,3 +39,18 @@ def command_tools(
 def ask_tools(board: ApprovalBoard, timeout_seconds: float, headless: bool) -> list[ToolPlugin]:
     """AskUser, publishing its questions on the approval board (`no_user` when headless)."""
     return [AskUser(board, timeout_seconds, headless)]
+
+
+def skill_tools(skills_dir: str | None) -> list[ToolPlugin]:
+    """Skill, loading from each session's `.skills` and then `skills_dir` (None: none)."""
+    return [Skill(skills_dir)]
+
+
+def task_tools() -> list[ToolPlugin]:
+    """TaskCreate, TaskUpdate, TaskGet and TaskList over each loop's task graph."""
+    return [TaskCreate(), TaskUpdate(), TaskGet(), TaskList()]
+
+
+def fetch_tools(allow_networks: list[str]) -> list[ToolPlugin]:
+    """Fetch, which may reach internal addresses only inside `allow_networks` (CIDRs)."""
+    return [Fetch(allow_networks)]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 
 from callgate.server.core.errors import NotFound
 from callgate.server.core.models import ToolInfo
-from callgate.server.core.tool import ToolPlugin
+from callgate.server.core.paths import Workspace
+from callgate.server.core.tool import SessionDescribed, ToolPlugin
 
 AnyTool = ToolPlugin
 
@@ -44,5 +46,14 @@ class ToolRegistry:
             )
         return tool
 
-    def infos(self) -> list[ToolInfo]:
-        return [self._infos[name] for name in sorted(self._infos)]
+    def infos(self, workspace: Workspace | None = None) -> list[ToolInfo]:
+        """Every tool's info, sorted by name. With a session's `workspace`, a tool that
+        describes itself per session (`SessionDescribed`) gets that description."""
+        infos: list[ToolInfo] = []
+        for name in sorted(self._infos):
+            info = self._infos[name]
+            tool = self._tools[name]
+            if workspace is not None and isinstance(tool, SessionDescribed):
+                info = dataclasses.replace(info, description=tool.describe(workspace))
+            infos.append(info)
+        return infos

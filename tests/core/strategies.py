@@ -155,3 +155,24 @@ command_lines: st.SearchStrategy[tuple[str, frozenset[str]]] = st.recursive(
     simple_commands(), _compound, max_leaves=6
 )
 """A command line and every program name it runs as a command word somewhere."""
+
+
+# Task graph operations -----------------------------------------------------------------------
+# IDs span a few more tasks than a sequence usually holds, so some name no task (unknown, or
+# deleted); creates come often so that most changes meet existing tasks.
+task_ids = st.sampled_from([f"t{n}" for n in range(1, 9)])
+task_id_lists = st.lists(task_ids, max_size=3)
+task_statuses = st.sampled_from(["pending", "in_progress", "completed"])
+
+task_operations: st.SearchStrategy[tuple[object, ...]] = st.one_of(
+    st.tuples(st.just("create"), st.just([])),
+    st.tuples(st.just("create"), task_id_lists),
+    st.tuples(st.just("status"), task_ids, task_statuses),
+    st.tuples(st.just("status"), task_ids, task_statuses),
+    st.tuples(st.just("add"), task_ids, task_id_lists),
+    st.tuples(st.just("remove"), task_ids, task_id_lists),
+    st.tuples(st.just("replace"), task_ids, task_id_lists),
+    st.tuples(st.just("delete"), task_ids),
+)
+"""One TaskGraph change: ("create", blocked_by), ("status", id, status), ("add" | "remove" |
+"replace", id, ids) or ("delete", id)."""

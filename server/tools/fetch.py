@@ -1,0 +1,609 @@
+"""The Fetch tool: one HTTP(S) request to an approved `tcp://host:port` (DESIGN section 5).
+
+Prepare canonicalizes the URL (lower-case IDNA host, numeric IPv4 forms in dotted form,
+compressed IPv6, default ports) and freezes it; nothing is resolved or fetched. Invoke
+resolves the host once, refuses internal addresses unless `fetch.allow_networks` lists them,
+and dials that pinned address for the whole call (the Host header and TLS SNI keep the
+name), so DNS rebinding cannot move it. Redirects stay on the approved scheme, host and
+port. Errors name only the method and host:port, never the path, query or body.
+"""
+
+from __future__ import annotations
+
+import codecs
+import http
+import ipaddress
+import re
+import socket
+import ssl
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Annotated, ClassVar, Literal
+
+import anyio
+import httpcore
+from pydantic import Field
+
+from callgate.server.core.errors import arguments_invalid
+from callgate.server.core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
+from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+URL_MAX_BYTES = 8 << 10
+BODY_MAX_BYTES = 1 << 20
+HEADERS_MAX = 32
+HEADER_VALUE_MAX_BYTES = 8 << 10
+MAX_REDIRECTS = 5
+RESULT_HEADERS_MAX = 16
+RESULT_HEADER_VALUE_MAX_CHARS = 200
+RESULT_BODY_MAX_BYTES = 64 << 10
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_AUTHORITY = re.compile(r"\A(?P<host>\[[^\[\]]*\]|[^:\[\]]*)(?::(?P<port>[0-9]{0,5}))?\Z")
+_TOKEN = re.compile(r"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_LABEL = re.compile(r"\A[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\Z")
+# Framing and hop-by-hop headers are the client's to set, never the agent's.
+_REFUSED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+# Response headers whose values are credentials: shown by name only.
+_REDACTED_HEADERS = frozenset({"set-cookie", "set-cookie2", "www-authenticate"})
+_CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_TEXT_TYPES = ("application/json", "application/xml", "application/javascript")
+_URL_SAFE = "!#$%&'()*+,/:;=?@[]~-._"
+
+
+class _NotIPv4(ValueError):
+    """A host that is not a numeric IPv4 form (so it is a domain name)."""
+
+
+# Canonical URLs ------------------------------------------------------------------------------
+
+
+def _ipv4_number(part: str) -> int:
+    """One component of a numeric IPv4 host, as inet_aton reads it (0x hex, 0 octal)."""
+    if part[:2] in ("0x", "0X"):
+        digits, base = part[2:], 16
+        if digits == "":
+            return 0
+    elif len(part) > 1 and part.startswith("0"):
+        digits, base = part[1:], 8
+    else:
+        digits, base = part, 10
+    allowed = {16: "0123456789abcdefABCDEF", 8: "01234567", 10: "0123456789"}[base]
+    if not digits or not all(c in allowed for c in digits):
+        raise _NotIPv4(part)
+    return int(digits, base)
+
+
+def parse_ipv4(host: str) -> ipaddress.IPv4Address:
+    """A numeric IPv4 host in any form browsers accept (`2130706433`, `0177.0.0.1`,
+    `0x7f.1`, `127.1`). Raises _NotIPv4 for a name, ValueError for an out-of-range number."""
+    parts = host.split(".")
+    if len(parts) > 4 or any(p == "" for p in parts):
+        raise _NotIPv4(host)
+    numbers = [_ipv4_number(p) for p in parts]
+    *leading, last = numbers
+    if any(n > 255 for n in leading) or last >= 256 ** (5 - len(numbers)):
+        raise ValueError(host)
+    value = last
+    for index, number in enumerate(leading):
+        value += number << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+def canonical_host(raw: str) -> str:
+    """The canonical form of a URL host (IPv6 in brackets). Raises ValueError if invalid."""
+    if raw.startswith("["):
+        if not raw.endswith("]") or "%" in raw:
+            raise ValueError("an IPv6 literal must be [address] without a zone")
+        return f"[{ipaddress.IPv6Address(raw[1:-1]).compressed}]"
+    host = raw.lower().removesuffix(".")
+    if not host:
+        raise ValueError("the URL has no host")
+    try:
+        return str(parse_ipv4(host))
+    except _NotIPv4:
+        pass
+    if host.split(".")[-1].isdigit() or host.split(".")[-1].startswith("0x"):
+        # A host ending in a number is an IPv4 address or nothing (WHATWG URL).
+        raise ValueError("the host is not a valid IPv4 address")
+    try:
+        encoded = host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        raise ValueError("the host is not a valid domain name") from None
+    labels = encoded.split(".")
+    if len(encoded) > 253 or not all(_LABEL.match(label) for label in labels):
+        raise ValueError("the host is not a valid domain name")
+    return encoded
+
+
+def _bare(host: str) -> str:
+    return host[1:-1] if host.startswith("[") else host
+
+
+class Target:
+    """A canonical http(s) URL: scheme, host, port and request target (path and query)."""
+
+    __slots__ = ("host", "port", "scheme", "target")
+
+    def __init__(self, scheme: str, host: str, port: int, target: str) -> None:
+        self.scheme, self.host, self.port, self.target = scheme, host, port, target
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        """Canonicalize `url`. Raises ValueError naming what is wrong (never echoing it)."""
+        if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+            raise ValueError("the URL contains whitespace or control characters")
+        try:
+            split = urllib.parse.urlsplit(url)
+        except ValueError:
+            raise ValueError("the URL is not a valid http or https URL") from None
+        scheme = split.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            raise ValueError("only http and https URLs can be fetched")
+        if "@" in split.netloc:
+            raise ValueError("the URL may not carry user information")
+        authority = _AUTHORITY.match(split.netloc)
+        if authority is None:
+            raise ValueError("the URL's host and port are not valid")
+        host = canonical_host(authority["host"])
+        port = int(authority["port"]) if authority["port"] else _DEFAULT_PORTS[scheme]
+        if not 1 <= port <= 65535:
+            raise ValueError("the URL port must be 1-65535")
+        path = urllib.parse.quote(split.path or "/", safe=_URL_SAFE)
+        query = urllib.parse.quote(split.query, safe=_URL_SAFE)
+        has_query = "?" in url.split("#", maxsplit=1)[0]
+        target = f"{path}?{query}" if has_query else path
+        return cls(scheme, host, port, target)
+
+    @property
+    def authority(self) -> str:
+        """host:port, the only part of a URL errors and summaries show."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def host_header(self) -> str:
+        return self.host if self.port == _DEFAULT_PORTS[self.scheme] else self.authority
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host_header}{self.target}"
+
+    def same_origin(self, other: Target) -> bool:
+        return (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
+
+
+# Addresses -----------------------------------------------------------------------------------
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (mapped, compatible, NAT64, 6to4, Teredo)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def _internal(address: IPAddress) -> bool:
+    return (
+        address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+        or not address.is_global
+        or (isinstance(address, ipaddress.IPv4Address) and address in _CGNAT)
+    )
+
+
+def dialled(address: IPAddress) -> IPAddress:
+    """The address a socket really reaches: an IPv4-mapped IPv6 address is its IPv4."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def address_refused(address: IPAddress, allowed: Iterable[IPNetwork]) -> bool:
+    """True when `address`, or an IPv4 address it embeds (mapped, compatible, NAT64, 6to4,
+    Teredo), is internal, unless an allowed network contains the address it dials."""
+    target = dialled(address)
+    if any(target in net for net in allowed if target.version == net.version):
+        return False
+    if target is not address:
+        return _internal(target)
+    candidates: list[IPAddress] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None:
+            candidates.append(embedded)
+    return any(_internal(a) for a in candidates)
+
+
+async def system_resolver(host: str, port: int) -> list[IPAddress]:
+    """Every address the system resolver gives for `host` (TCP)."""
+    infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+class PinnedBackend(httpcore.AsyncNetworkBackend):
+    """Dials one pinned address whatever host the connection pool asks for; TLS still
+    verifies the certificate against (and sends SNI for) the URL's host."""
+
+    def __init__(self, address: IPAddress, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._address = str(dialled(address))
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return await self._inner.connect_tcp(
+            self._address, port, timeout, local_address, socket_options
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are never dialled")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+# The tool ------------------------------------------------------------------------------------
+
+
+class FetchArguments(Arguments):
+    url: str = Field(description="The http or https URL to request.")
+    method: Literal["GET", "POST", "HEAD"] = Field(default="GET", description="HTTP method.")
+    headers: dict[str, str] | None = Field(
+        default=None, description="Extra request headers (at most 32)."
+    )
+    body: str | None = Field(default=None, description="Request body (POST only, UTF-8).")
+    timeout: Annotated[float, Field(ge=1, le=60)] = Field(
+        default=30, description="Seconds the whole request may take (1-60)."
+    )
+
+
+class FetchArtifact(Artifact):
+    method: str
+    scheme: str
+    host: str
+    port: int
+    target: str
+    headers: tuple[tuple[str, str], ...]
+    body: str | None
+    timeout: float
+
+
+def _validate_headers(headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    if len(headers) > HEADERS_MAX:
+        raise arguments_invalid("headers", f"at most {HEADERS_MAX} headers may be sent")
+    seen: set[str] = set()
+    result = []
+    for name, value in headers.items():
+        if not _TOKEN.match(name):
+            raise arguments_invalid("headers", "a header name is not a valid HTTP token")
+        lowered = name.lower()
+        if lowered in seen:
+            raise arguments_invalid("headers", f"header {lowered} is given twice")
+        seen.add(lowered)
+        if lowered in _REFUSED_HEADERS:
+            raise arguments_invalid("headers", f"header {lowered} is set by the server")
+        if any(c in value for c in "\r\n\0") or len(value.encode()) > HEADER_VALUE_MAX_BYTES:
+            raise arguments_invalid(
+                f"headers.{lowered}", "a header value may not hold CR, LF or NUL (max 8 KiB)"
+            )
+        result.append((name, value))
+    return tuple(result)
+
+
+class Fetch(Tool[FetchArguments, FetchArtifact]):
+    name: ClassVar[str] = "Fetch"
+    description: ClassVar[str] = (
+        "Make one HTTP GET, POST or HEAD request to a public http(s) URL and return the "
+        "status, the response headers and the body (capped at 64 KiB)."
+    )
+    arguments: ClassVar[type[Arguments]] = FetchArguments
+    artifact: ClassVar[type[Artifact]] = FetchArtifact
+    requirement_kinds: ClassVar[tuple[str, ...]] = (RequirementKind.NETWORK.value,)
+
+    def __init__(
+        self,
+        allow_networks: Iterable[str] = (),
+        *,
+        resolver: Resolver | None = None,
+        backend: httpcore.AsyncNetworkBackend | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._allowed: tuple[IPNetwork, ...] = tuple(
+            ipaddress.ip_network(n, strict=False) for n in allow_networks
+        )
+        self._resolver = resolver or system_resolver
+        self._backend = backend or httpcore.AnyIOBackend()
+        self._ssl_context = ssl_context
+
+    def prepare_args(self, args: FetchArguments, ctx: ToolContext) -> Prepared:
+        if len(args.url.encode()) > URL_MAX_BYTES:
+            raise arguments_invalid("url", "the URL is longer than 8 KiB")
+        try:
+            target = Target.parse(args.url)
+        except ValueError as exc:
+            raise arguments_invalid("url", str(exc)) from None
+        headers = _validate_headers(args.headers or {})
+        if args.body is not None:
+            if args.method != "POST":
+                raise arguments_invalid("body", "a body may be sent only with POST")
+            if len(args.body.encode()) > BODY_MAX_BYTES:
+                raise arguments_invalid("body", "the body is larger than 1 MiB")
+        summary = f"{args.method} {target.authority}"
+        match = f"tcp://{target.authority}"
+        kind = RequirementKind.NETWORK.value
+        return Prepared(
+            summary=summary,
+            requirements=(Requirement(kind=kind, scope="", match=match, description=summary),),
+            artifact=FetchArtifact(
+                method=args.method,
+                scheme=target.scheme,
+                host=target.host,
+                port=target.port,
+                target=target.target,
+                headers=headers,
+                body=args.body,
+                timeout=args.timeout,
+            ),
+            candidates=(RuleCandidate(kind=kind, match=match, description=f"connect to {match}"),),
+        )
+
+    async def run(self, artifact: FetchArtifact, ctx: ToolContext) -> ToolResult:
+        target = Target(artifact.scheme, artifact.host, artifact.port, artifact.target)
+        where = f"{artifact.method} {target.authority}"
+        try:
+            with anyio.fail_after(artifact.timeout):
+                address = await self._pin(target, where)
+                if isinstance(address, ToolResult):
+                    return address
+                return await self._exchange(artifact, target, address, where)
+        except TimeoutError:
+            return ToolResult.error(
+                "timed_out", f"{where}: no complete response within {artifact.timeout:g} s."
+            )
+
+    async def _pin(self, target: Target, where: str) -> IPAddress | ToolResult:
+        """The one address this call connects to, or the error result refusing it."""
+        try:
+            addresses: list[IPAddress] = [ipaddress.ip_address(_bare(target.host))]
+        except ValueError:
+            try:
+                addresses = await self._resolver(target.host, target.port)
+            except OSError:
+                addresses = []
+        if not addresses:
+            return ToolResult.error("dns_failed", f"{where}: the host name did not resolve.")
+        if any(address_refused(a, self._allowed) for a in addresses):
+            return ToolResult.error(
+                "address_refused",
+                f"{where}: the host resolves to an internal address, which Fetch may not "
+                "reach (see fetch.allow_networks).",
+            )
+        return addresses[0]
+
+    async def _exchange(
+        self, artifact: FetchArtifact, target: Target, address: IPAddress, where: str
+    ) -> ToolResult:
+        method = artifact.method
+        body = artifact.body.encode() if artifact.body is not None else None
+        backend = PinnedBackend(address, self._backend)
+        context = self._ssl_context or ssl.create_default_context()
+        async with httpcore.AsyncConnectionPool(
+            ssl_context=context, network_backend=backend, retries=0
+        ) as pool:
+            for _ in range(MAX_REDIRECTS + 1):
+                headers = [("Host", target.host_header), *artifact.headers]
+                if body is not None:
+                    headers.append(("Content-Length", str(len(body))))
+                request = httpcore.Request(
+                    method,
+                    httpcore.URL(
+                        scheme=target.scheme,
+                        host=_bare(target.host),
+                        port=target.port,
+                        target=target.target,
+                    ),
+                    headers=headers,
+                    content=body or b"",
+                )
+                try:
+                    response = await pool.handle_async_request(request)
+                    try:
+                        location = _redirect_location(response)
+                        if location is None:
+                            return await _result(response, method)
+                    finally:
+                        await response.aclose()
+                except httpcore.ConnectError as exc:
+                    if _tls_failure(exc):
+                        return ToolResult.error(
+                            "tls_failed", f"{where}: the TLS handshake or certificate failed."
+                        )
+                    return ToolResult.error("connect_failed", f"{where}: could not connect.")
+                except (httpcore.ConnectTimeout, httpcore.ReadTimeout, httpcore.WriteTimeout):
+                    raise TimeoutError from None
+                except httpcore.NetworkError:
+                    return ToolResult.error("connect_failed", f"{where}: the connection failed.")
+                except httpcore.ProtocolError:
+                    return ToolResult.error(
+                        "connect_failed", f"{where}: the server's response was not valid HTTP."
+                    )
+                try:
+                    following = Target.parse(urllib.parse.urljoin(target.url, location))
+                except ValueError:
+                    return ToolResult.error(
+                        "redirect_refused",
+                        f"{where}: the server redirected to an invalid location; not followed.",
+                    )
+                if not following.same_origin(target):
+                    return ToolResult.error(
+                        "redirect_refused",
+                        f"{where}: the server redirected to {following.scheme} "
+                        f"{following.authority}, which was not approved; not followed.",
+                    )
+                target = following
+                if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+                    method, body = "GET", None
+        return ToolResult.error(
+            "too_many_redirects", f"{where}: more than {MAX_REDIRECTS} redirects."
+        )
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _header(response: httpcore.Response, name: bytes) -> str | None:
+    for key, value in response.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _redirect_location(response: httpcore.Response) -> str | None:
+    if response.status not in _REDIRECTS:
+        return None
+    return _header(response, b"location")
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _status_line(response: httpcore.Response) -> str:
+    reason = response.extensions.get("reason_phrase", b"")
+    phrase = reason.decode("latin-1") if isinstance(reason, bytes) else ""
+    if not phrase:
+        try:
+            phrase = http.HTTPStatus(response.status).phrase
+        except ValueError:
+            phrase = ""
+    return _printable(f"HTTP {response.status} {phrase}".rstrip())
+
+
+def _header_lines(response: httpcore.Response) -> list[str]:
+    lines = []
+    for raw_name, raw_value in sorted(response.headers, key=lambda kv: kv[0].lower()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        if name in _REDACTED_HEADERS:
+            value = f"[{len(raw_value)} bytes redacted]"
+        elif len(value) > RESULT_HEADER_VALUE_MAX_CHARS:
+            value = value[:RESULT_HEADER_VALUE_MAX_CHARS] + "…"
+        lines.append(_printable(f"{name}: {value}"))
+    if len(lines) > RESULT_HEADERS_MAX:
+        left = len(lines) - RESULT_HEADERS_MAX
+        lines = [*lines[:RESULT_HEADERS_MAX], f"[{left} more headers not shown]"]
+    return lines
+
+
+def _charset(content_type: str) -> str | None:
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "charset" and value:
+            name = value.strip("\"' ")
+            try:
+                return codecs.lookup(name).name
+            except LookupError:
+                return None
+    return None
+
+
+def _textual(media_type: str) -> bool:
+    return (
+        media_type.startswith("text/")
+        or media_type in _TEXT_TYPES
+        or media_type.endswith(("+json", "+xml"))
+    )
+
+
+def _decode(data: bytes, content_type: str, complete: bool) -> str | None:
+    """The body as text, or None when it is binary."""
+    media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
+    charset = _charset(content_type)
+    if _textual(media_type) or charset is not None:
+        decoder = codecs.getincrementaldecoder(charset or "utf-8")(errors="replace")
+        return decoder.decode(data, final=complete)
+    if b"\0" in data:
+        return None
+    try:
+        return codecs.getincrementaldecoder("utf-8")().decode(data, final=complete)
+    except UnicodeDecodeError:
+        return None
+
+
+async def _result(response: httpcore.Response, method: str) -> ToolResult:
+    lines = [_status_line(response), *_header_lines(response), ""]
+    if method == "HEAD":
+        return ToolResult(text="\n".join([*lines, ""]))
+    data = bytearray()
+    truncated = False
+    async for chunk in response.aiter_stream():
+        room = RESULT_BODY_MAX_BYTES - len(data)
+        data += chunk[:room]
+        if len(chunk) > room:
+            truncated = True
+            break
+    length = _header(response, b"content-length")
+    total = int(length) if length is not None and length.isdigit() else None
+    omitted = max(total - len(data), 0) if truncated and total is not None else 0
+    content_type = _header(response, b"content-type") or ""
+    text = _decode(bytes(data), content_type, complete=not truncated)
+    if text is None:
+        size = str(total if total is not None else len(data))
+        if truncated and total is None:
+            size = f"more than {len(data)}"
+        kind = _printable(content_type.split(";")[0].strip()) or "no content type"
+        lines.append(f"[binary body: {size} bytes, {kind}]")
+        return ToolResult(text="\n".join(lines), omitted_bytes=omitted)
+    lines.append(text)
+    if truncated:
+        rest = f"{omitted} more bytes" if omitted else "the rest"
+        lines.append(f"[body truncated at {RESULT_BODY_MAX_BYTES} bytes; {rest} not read]")
+    return ToolResult(text="\n".join(lines), omitted_bytes=omitted)
