@@ -17,11 +17,14 @@ _Operation = TypeVar("_Operation", bound=Message)
 _Answer = TypeVar("_Answer", bound=Message)
 
 
+_RESENDS = 2
+
+
 class Transport:
     """Sends requests over one channel with the caller's metadata on every call.
 
     With an `exchange`, lifecycle operations go over the Exchange stream, and an operation
-    whose stream broke before answering is sent once more on a new stream if `resend` allows
+    whose stream broke before answering is sent again on a new stream if `resend` allows
     retries and repeating it cannot repeat an effect (see `Operation.may_resend`).
     """
 
@@ -70,15 +73,16 @@ class Transport:
     async def _exchanged(
         self, exchange: Exchange, operation: Operation[_Operation, _Answer], request: _Operation
     ) -> _Answer:
-        try:
-            return await exchange.request(operation, request)
-        except StreamBroken as broken:
-            if not (self._resend and operation.may_resend(request)):
-                raise broken.error from broken.error.__cause__
-        try:
-            return await exchange.request(operation, request)
-        except StreamBroken as broken:
-            raise broken.error from broken.error.__cause__
+        # The first resend can still meet the dead connection (the channel has not noticed
+        # yet: "Broken pipe"), so a repeatable operation gets two resends on fresh streams.
+        resends = _RESENDS if self._resend and operation.may_resend(request) else 0
+        while True:
+            try:
+                return await exchange.request(operation, request)
+            except StreamBroken as broken:
+                if resends == 0:
+                    raise broken.error from broken.error.__cause__
+                resends -= 1
 
     async def server_stream(
         self,

@@ -35,7 +35,7 @@ from .errors import (
     Unavailable,
     request_invalid,
 )
-from .gate import Gate
+from .gate import Gate, Verdict
 from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within
 from .principals import Principal, Role
@@ -541,16 +541,7 @@ class Lifecycle:
             verdict = self.gate.evaluate(
                 record.requirements, session.session_id, session.workspace.root
             )
-            now = self.clock.now()
-            if verdict.access is Access.ALLOW:
-                record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
-                record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
-                record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
-                record.move(State.APPROVED, now)
-            elif verdict.access is Access.DENY:
-                assert verdict.denial is not None
-                record.denial = verdict.denial
-                record.move(State.DENIED, now)
+            self._settle_by_policy(record, verdict)
 
     # ------------------------------------------------------------------ maintenance
 
@@ -586,21 +577,30 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ internals
 
-    def _decide_by_policy(self, session: Session, record: CallRecord) -> None:
-        verdict = self.gate.evaluate(
-            record.requirements, session.session_id, session.workspace.root
-        )
+    def _settle_by_policy(self, record: CallRecord, verdict: Verdict) -> bool:
+        """Apply an Allow or Deny verdict; False when the verdict leaves it to a human."""
         now = self.clock.now()
         if verdict.access is Access.ALLOW:
             record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
             record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
             record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
             record.move(State.APPROVED, now)
-        elif verdict.access is Access.DENY:
+            return True
+        if verdict.access is Access.DENY:
             assert verdict.denial is not None
             record.denial = verdict.denial
             record.move(State.DENIED, now)
-        elif self.settings.headless:
+            return True
+        return False
+
+    def _decide_by_policy(self, session: Session, record: CallRecord) -> None:
+        verdict = self.gate.evaluate(
+            record.requirements, session.session_id, session.workspace.root
+        )
+        if self._settle_by_policy(record, verdict):
+            return
+        now = self.clock.now()
+        if self.settings.headless:
             record.denial = Denial(
                 DenialKind.APPROVAL_REQUIRED,
                 "The call needs a human approval and this server runs headless: "
