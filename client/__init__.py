@@ -5,6 +5,9 @@ async with CallgateClient("unix:///run/callgate.sock", token=default_token(state
         tools = [spec.to_anthropic() for spec in await session.tools()]
         result = await session.run("ReadFile", {"path": "README.md"})
 
+`callgate.client.providers` turns a model's tool calls (OpenAI or Anthropic shape) into runs
+and the results back into that provider's tool results.
+
 An approver connects with its own token and uses `client.approvals` (see `Approvals`).
 """
 
@@ -59,6 +62,14 @@ from callgate.client.models import (
     ToolResult,
     ToolSpec,
 )
+from callgate.client.providers import (
+    ToolOutcome,
+    anthropic_tools,
+    openai_tools,
+    run_anthropic_tool_use,
+    run_openai_tool_call,
+    run_tool_call,
+)
 from callgate.client.session import MAX_APPROVE_WAIT, ClientSession, encode_arguments
 
 __all__ = [
@@ -107,8 +118,14 @@ __all__ = [
     "State",
     "ToolCall",
     "ToolNotFoundError",
+    "ToolOutcome",
     "ToolResult",
     "ToolSpec",
+    "anthropic_tools",
     "default_token",
     "encode_arguments",
+    "openai_tools",
+    "run_anthropic_tool_use",
+    "run_openai_tool_call",
+    "run_tool_call",
 ]

@@ -1,4 +1,5 @@
-"""The `callgate` command: serve, and client commands (tools, call, approvals, rules, health)."""
+"""The `callgate` command: serve, and client commands (tools, call, mcp, approvals, rules,
+health)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,39 @@ def _approvals(args: argparse.Namespace) -> int:
         return _client_error(exc)
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClientError
+    from callgate.client.mcp_bridge import parse_http_address, serve_http, serve_stdio
+
+    target, token = _client_settings(args)
+    if args.approval_timeout < 0:
+        print("callgate: --approval-timeout must be zero or more seconds", file=sys.stderr)
+        return 2
+    options: dict[str, Any] = {
+        "workspace": args.workspace or "",
+        "approval_timeout": args.approval_timeout,
+    }
+    if args.http:
+        try:
+            parse_http_address(args.http)
+        except ValueError as exc:
+            print(f"callgate: --http: {exc}", file=sys.stderr)
+            return 2
+    try:
+        if args.http:
+            anyio.run(lambda: serve_http(target, token, args.http, **options))
+        else:
+            anyio.run(lambda: serve_stdio(target, token, **options))
+    except CallgateClientError as exc:
+        return _client_error(exc)
+    except OSError as exc:  # the --http address cannot be bound, say
+        print(f"callgate: mcp: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def _rules(args: argparse.Namespace) -> int:
     from callgate.client import CallgateClient, CallgateClientError, RuleEffect
     from callgate.client.display import render_rules, visible
@@ -224,7 +258,33 @@ def _health(args: argparse.Namespace) -> int:
     return anyio.run(main)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _add_mcp_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    client_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    mcp = sub.add_parser(
+        "mcp",
+        help="an MCP server (stdio, or streamable HTTP with --http) over one callgate session",
+        description="Serves the session's tools to an MCP client: tools/call runs Prepare, "
+        "Approve and Invoke; a gated call waits for a human approver (callgate approvals); "
+        "a denied call is an error result with the reason.",
+    )
+    client_options(mcp)
+    mcp.add_argument("--workspace", help="workspace for the session (default: the server's)")
+    mcp.add_argument(
+        "--http", metavar="ADDR", help="serve streamable HTTP on HOST:PORT (path /mcp), not stdio"
+    )
+    mcp.add_argument(
+        "--approval-timeout",
+        dest="approval_timeout",
+        type=float,
+        default=600.0,
+        help="seconds a gated call waits for an approver (default 600)",
+    )
+    mcp.set_defaults(func=_mcp)
+
+
+def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of subcommands
     parser = argparse.ArgumentParser(prog="callgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -316,6 +376,8 @@ def _parser() -> argparse.ArgumentParser:
     rules_rm.add_argument("rule_id", help="the rule's ID (see `callgate rules list`)")
     for command in (rules_list, rules_add, rules_rm):
         command.set_defaults(func=_rules)
+
+    _add_mcp_parser(sub, client_options)
 
     health = sub.add_parser("health", help="check the server's health over gRPC")
     health.add_argument("--target")
