@@ -10,7 +10,7 @@ PROTOS := $(wildcard proto/callgate/v1/*.proto)
 # both resolve them offline; their Python modules come from googleapis-common-protos.
 PROTO_INCLUDES := -I proto -I third_party/googleapis
 
-.PHONY: install install-system run test lint typecheck proto proto-check buf-lint check bench clean
+.PHONY: install install-system run test lint typecheck proto proto-check buf-lint check bench image clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ check: lint typecheck buf-lint proto-check test
 bench: install install-system
 	$(PY) bench/run.py
 	$(PY) bench/bash.py
+
+# The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
+image:
+	docker build -t callgate .
 
 clean:
 	rm -rf $(VENV) .tools build dist src/*.egg-info

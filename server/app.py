@@ -30,6 +30,7 @@ from callgate.server.core.principals import TokenAuthenticator
 from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
 from callgate.server.core.tool import ToolLimits
 from callgate.server.credentials import load_authenticator
+from callgate.server.metrics import MetricsServer, PrometheusTelemetry, serve_metrics
 from callgate.server.rpc.approval_service import ApprovalServicer
 from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.tool_service import ToolServicer
@@ -37,6 +38,7 @@ from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
+from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.server.storage.rules_store import SqliteRuleStore
 from callgate.server.tools.background import SupervisedBash
 from callgate.server.tools.bash import CommandSettings
@@ -51,7 +53,7 @@ from callgate.server.tools.catalog import (
 )
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
-from callgate.server.tools.supervisor import SupervisorSettings
+from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings
 from callgate.v1 import approval_service_pb2, tool_service_pb2
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class RunningServer:
     token_dir: Path | None
     sandbox: SandboxStatus
     state_dir: Path
+    # host:port of the Prometheus /metrics endpoint, when metrics are on.
+    metrics_address: str | None = None
 
 
 def _is_loopback(host: str) -> bool:
@@ -220,6 +224,13 @@ class App:
                 *task_tools(),
             ]
         )
+        self.metrics = (
+            PrometheusTelemetry(i.name for i in self.tools.infos())
+            if config.metrics_listen
+            else None
+        )
+        # The audit journal; opened (and the previous run's open calls abandoned) at start.
+        self.journal = SqliteJournal(self.state_dir / JOURNAL_DB)
         roots = [
             str(self.workspace),
             *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
@@ -247,12 +258,30 @@ class App:
             self.gate,
             self.protected,
             board=self.board,
+            journal=self.journal,
+            telemetry=self.metrics,
         )
+        if self.metrics is not None:
+            self._watch_gauges(self.metrics)
         self.tool_servicer = ToolServicer(self.lifecycle)
         # Workspace rules persisted by approvers; loaded into the rule book at start.
         self.rule_store = SqliteRuleStore(self.state_dir / RULES_DB)
         self.approvals = Approvals(self.lifecycle, self.rules, self.rule_store)
         self.approval_servicer = ApprovalServicer(self.approvals)
+
+    def _watch_gauges(self, metrics: PrometheusTelemetry) -> None:
+        lifecycle, board = self.lifecycle, self.board
+
+        def running_processes() -> float:
+            supervisors = (r.peek(SUPERVISOR) for r in lifecycle.session_resources())
+            return sum(s.running_count() for s in supervisors if s is not None)
+
+        metrics.watch(
+            sessions=lambda: lifecycle.session_count,
+            running_calls=lambda: lifecycle.running_total,
+            running_processes=running_processes,
+            pending_approvals=lambda: len(board.pending_approvals()),
+        )
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
         size = self.config.limits.max_message_bytes
@@ -324,6 +353,7 @@ class App:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[RunningServer]:
         """Start serving; on exit, drain gracefully and stop."""
+        await self.journal.open()
         for rule in await self.rule_store.load():
             self.rules.add(rule)
         server, health_servicer = self._grpc_server()
@@ -335,6 +365,9 @@ class App:
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(TOOL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(APPROVAL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        metrics_server: MetricsServer | None = None
+        if self.metrics is not None:
+            metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
         log.info(
             "callgate serving",
             extra={"address": ",".join(addresses), "mode": self.sandbox.mode.value},
@@ -343,6 +376,7 @@ class App:
             async with anyio.create_task_group() as tasks:
                 self.lifecycle.attach_task_group(tasks.start_soon)
                 tasks.start_soon(self._sweep_forever)
+                tasks.start_soon(self.journal.run_writer)
                 try:
                     yield RunningServer(
                         addresses=tuple(addresses),
@@ -350,6 +384,7 @@ class App:
                         token_dir=self.token_dir,
                         sandbox=self.sandbox,
                         state_dir=self.state_dir,
+                        metrics_address=metrics_server.address if metrics_server else None,
                     )
                 finally:
                     # Drain while the task group still runs session background tasks.
@@ -359,6 +394,8 @@ class App:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._drain(server, health_servicer)
+                if metrics_server is not None:
+                    await anyio.to_thread.run_sync(metrics_server.stop)
 
     async def _drain(
         self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer
@@ -374,6 +411,7 @@ class App:
         await server.stop(SHUTDOWN_GRACE_SECONDS)
         self.lifecycle.cancel_all()
         await self.lifecycle.close_all()
+        await self.journal.aclose()
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -26,7 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.listen:
         overrides["listen"] = args.listen
-    for key in ("workspace", "state_dir", "approval_mode", "sandbox"):
+    for key in ("workspace", "state_dir", "approval_mode", "sandbox", "metrics_listen"):
         value = getattr(args, key)
         if value is not None:
             overrides[key] = value
@@ -297,6 +297,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     serve.add_argument("--state-dir", dest="state_dir", help="state directory (tokens, socket)")
     serve.add_argument("--approval-mode", dest="approval_mode", choices=["interactive", "headless"])
     serve.add_argument("--sandbox", choices=["auto", "bwrap", "none"])
+    serve.add_argument(
+        "--metrics",
+        dest="metrics_listen",
+        metavar="ADDR",
+        help="serve Prometheus /metrics over HTTP on HOST:PORT (no authentication)",
+    )
     serve.set_defaults(func=_serve)
 
     def client_options(p: argparse.ArgumentParser, role: str = "agent") -> None:

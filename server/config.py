@@ -191,6 +191,9 @@ class ServerConfig(BaseModel):
     workspace: str = "."
     allowed_roots: list[str] = Field(default_factory=list)
     state_dir: str = ".callgate"
+    # host:port for Prometheus /metrics over plain HTTP (no authentication: keep it on
+    # loopback or a pod-internal address), e.g. "127.0.0.1:9464". Empty: no metrics.
+    metrics_listen: str = ""
     approval_mode: Literal["interactive", "headless"] = "interactive"
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -113,6 +113,7 @@ class Approvals:
                 record.deciding = False
         for rule in rules:
             self.rules.add(rule)
+            self._journal_rule("rule.created", rule, principal)
         # A cancel may have come while the rules were written; they stay (they were decided).
         _check_decidable(record)
         snapshot = self.lifecycle.decide_by_human(
@@ -189,6 +190,7 @@ class Approvals:
         if scope.startswith("workspace:"):
             await self._persist([rule])
         self.rules.add(rule)
+        self._journal_rule("rule.created", rule, principal)
         self.lifecycle.reevaluate_pending()
         return rule
 
@@ -214,6 +216,20 @@ class Approvals:
                 log.exception("deleting a persisted rule failed; the rule stays")
                 raise InternalError() from None
         self.rules.remove(rule_id)
+        self._journal_rule("rule.deleted", rule, principal)
+
+    def _journal_rule(self, kind: str, rule: Rule, principal: Principal) -> None:
+        self.lifecycle.journal.record(
+            kind,
+            principal=principal.name,
+            data={
+                "rule_id": rule.rule_id,
+                "effect": rule.effect.value,
+                "kind": rule.kind,
+                "match": rule.match,
+                "scope": rule.scope,
+            },
+        )
 
     def _check_scope(self, principal: Principal, scope: str) -> str:
         if scope.startswith("session:"):

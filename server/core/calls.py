@@ -88,6 +88,10 @@ class CallRecord:
     # True while an approver's decision is being made durable (APPROVE_ALWAYS writes its
     # rules first): other deciders are refused and the approval timeout waits for it.
     deciding: bool = False
+    # Called after every state change with the previous state (the audit journal).
+    on_change: Callable[[CallRecord, State], None] | None = None
+    # Monotonic time the call started RUNNING (the journaled duration).
+    run_started: float | None = None
     # Created only when someone watches the call, so the hot path pays nothing otherwise.
     _changed: anyio.Event | None = None
 
@@ -129,6 +133,8 @@ class CallRecord:
                 self.on_terminal()
         if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
             self.decided.set()
+        if self.on_change is not None:
+            self.on_change(self, previous)
         if previous is State.AWAITING_APPROVAL and self.on_unpending is not None:
             hook, self.on_unpending = self.on_unpending, None
             hook(self)

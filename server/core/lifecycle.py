@@ -6,6 +6,7 @@ method here and converts the answer back.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -36,11 +37,13 @@ from .errors import (
     request_invalid,
 )
 from .gate import Gate, Verdict
+from .journal import Journal, JsonValue, NullJournal
 from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
 from .rules import offered_candidates
+from .telemetry import NO_TELEMETRY, Decider, DecisionOutcome, Phase, Telemetry
 from .tool import LoopState, OutputSink, ToolContext, ToolLimits, ToolPlugin
 
 log = logging.getLogger(__name__)
@@ -138,8 +141,12 @@ class Lifecycle:
         protected: ProtectedPaths,
         clock: Clock | None = None,
         board: ApprovalBoard | None = None,
+        journal: Journal | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
+        self.journal: Journal = journal or NullJournal()
+        self.telemetry: Telemetry = telemetry or NO_TELEMETRY
         self.board = board or ApprovalBoard()
         # Every kept call of every open session, for approvers (who decide across sessions).
         self._calls_by_id: dict[str, CallRecord] = {}
@@ -198,6 +205,12 @@ class Lifecycle:
         )
         session.loops[loop_id] = LoopState(loop_id)
         self._sessions[session.session_id] = session
+        self.journal.record(
+            "session.opened",
+            session_id=session_id,
+            principal=principal.name,
+            data={"workspace": root, "loop_id": loop_id},
+        )
         log.info("session opened", extra={"session_id": session.session_id})
         return self._session_snapshot(session)
 
@@ -220,6 +233,9 @@ class Lifecycle:
                     record.cancel_scope.cancel()
             elif not record.state.is_terminal:
                 record.move(State.CANCELLED, now)
+        self.journal.record(
+            "session.closed", session_id=session.session_id, principal=session.owner
+        )
         # Session-scoped rules go away with their session.
         self.gate.rules.remove_scope(f"session:{session.session_id}")
         await session.resources.aclose()
@@ -255,6 +271,7 @@ class Lifecycle:
         evaluate: bool,
     ) -> CallSnapshot:
         self._check_accepting()
+        started = time.perf_counter()
         session = self._session(principal, session_id)
         loop = self._loop(session, loop_id)
         _check_request_id(request_id)
@@ -300,11 +317,28 @@ class Lifecycle:
             expire_time=now + timedelta(seconds=self.settings.call_ttl_seconds),
         )
         self._store(session, record)
+        self.journal.record(
+            "call.prepared",
+            session_id=session.session_id,
+            execution_id=record.execution_id,
+            principal=session.owner,
+            data={
+                "tool": record.tool_name,
+                "loop_id": record.loop_id,
+                "summary": record.summary,
+                "requirements": [
+                    {"kind": r.kind, "scope": r.scope, "match": r.match}
+                    for r in record.requirements
+                ],
+                "digest": record.digest,
+            },
+        )
         if request_id:
             record.prepare_request_id = request_id
             session.prepare_requests[request_id] = (fingerprint, record.execution_id)
         if evaluate:
             self._decide_by_policy(session, record)
+        self.telemetry.phase(Phase.PREPARE, time.perf_counter() - started)
         return record.snapshot()
 
     async def approve(
@@ -315,6 +349,7 @@ class Lifecycle:
         if not math.isfinite(wait_seconds) or wait_seconds < 0:
             raise request_invalid("wait", "the wait must be a non-negative duration")
         wait_seconds = min(wait_seconds, APPROVE_WAIT_CAP_SECONDS)
+        started = time.perf_counter()
         if record.state is State.PREPARED:
             self._decide_by_policy(session, record)
         if record.state is State.AWAITING_APPROVAL and wait_seconds > 0:
@@ -332,6 +367,7 @@ class Lifecycle:
                 f"The call is {record.state.value}; only a prepared or gated call can be approved.",
                 metadata={"state": record.state.value},
             )
+        self.telemetry.phase(Phase.APPROVE, time.perf_counter() - started)
         return record.snapshot()
 
     async def invoke(
@@ -371,13 +407,38 @@ class Lifecycle:
         record.invoke_request_id = request_id
         if request_id:
             session.invoke_requests[request_id] = execution_id
+        record.run_started = self.clock.monotonic()
+        started = time.perf_counter()
+        # A call waiting for its journal commit is an invocation in progress: it counts
+        # against the running limits from the moment it left APPROVED.
         session.running += 1
         self._running_total += 1
         try:
+            # Invariant 10: the record that authorizes the effect is committed before it
+            # starts; without it nothing runs (fail closed).
+            try:
+                await self.journal.record_durable(
+                    "call.invoked",
+                    session_id=session.session_id,
+                    execution_id=record.execution_id,
+                    principal=session.owner,
+                    data={"tool": record.tool_name, "digest": record.digest},
+                )
+            except CallgateError:
+                record.result = ToolResult.error(
+                    "journal_unavailable",
+                    "The audit journal could not record the invocation; nothing was run.",
+                )
+                record.move(State.FAILED, self.clock.now())
+                return record.snapshot()
+            except BaseException:
+                self._finish_cancelled(record)
+                raise
             await self._run(session, record, output)
         finally:
             session.running -= 1
             self._running_total -= 1
+            self.telemetry.phase(Phase.INVOKE, time.perf_counter() - started)
         return record.snapshot()
 
     async def _run(self, session: Session, record: CallRecord, output: OutputSink | None) -> None:
@@ -519,6 +580,7 @@ class Lifecycle:
             record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
             record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
             record.move(State.APPROVED, now)
+            self.telemetry.decided(DecisionOutcome.APPROVED, Decider.HUMAN)
         else:
             reason = f"denied by {decided_by}" + (f": {note}" if note else "")
             record.decision = Decision(decided_by, (), now, reason)
@@ -527,6 +589,7 @@ class Lifecycle:
                 "An approver denied the call" + (f": {note}" if note else "."),
             )
             record.move(State.DENIED, now)
+            self.telemetry.decided(DecisionOutcome.DENIED, Decider.HUMAN)
         return record.snapshot()
 
     def reevaluate_pending(self) -> None:
@@ -575,6 +638,14 @@ class Lifecycle:
     def running_total(self) -> int:
         return self._running_total
 
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    def session_resources(self) -> list[SessionResources]:
+        """Every open session's resources (for gauges read at scrape time)."""
+        return [s.resources for s in self._sessions.values()]
+
     # ------------------------------------------------------------------ internals
 
     def _settle_by_policy(self, record: CallRecord, verdict: Verdict) -> bool:
@@ -585,11 +656,13 @@ class Lifecycle:
             record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
             record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
             record.move(State.APPROVED, now)
+            self.telemetry.decided(DecisionOutcome.APPROVED, Decider.POLICY)
             return True
         if verdict.access is Access.DENY:
             assert verdict.denial is not None
             record.denial = verdict.denial
             record.move(State.DENIED, now)
+            self.telemetry.decided(DecisionOutcome.DENIED, Decider.POLICY)
             return True
         return False
 
@@ -608,6 +681,7 @@ class Lifecycle:
                 + ".",
             )
             record.move(State.DENIED, now)
+            self.telemetry.decided(DecisionOutcome.DENIED, Decider.POLICY)
         else:
             timeout = self.settings.approval_timeout_seconds
             record.deadline = self.clock.monotonic() + timeout
@@ -646,12 +720,20 @@ class Lifecycle:
                 DenialKind.APPROVAL_TIMEOUT, "No approver decided within the approval timeout."
             )
             record.move(State.DENIED, now)
+            self.telemetry.decided(DecisionOutcome.TIMED_OUT, Decider.POLICY)
 
     def _store(self, session: Session, record: CallRecord) -> None:
         session.calls[record.execution_id] = record
         self._calls_by_id[record.execution_id] = record
         session.open_calls += 1
-        record.on_terminal = session.call_ended
+        telemetry = self.telemetry
+
+        def ended() -> None:
+            session.call_ended()
+            telemetry.call_finished(record.tool_name, record.state)
+
+        record.on_terminal = ended
+        record.on_change = functools.partial(self._journal_change, session.owner)
         excess = len(session.calls) - self.settings.max_kept_calls_per_session
         if excess <= 0:
             return
@@ -667,6 +749,43 @@ class Lifecycle:
             self._calls_by_id.pop(old.execution_id, None)
             session.prepare_requests.pop(old.prepare_request_id, None)
             session.invoke_requests.pop(old.invoke_request_id, None)
+
+    def _journal_change(self, owner: str, record: CallRecord, previous: State) -> None:
+        """Journal a decision or an end (RUNNING is journaled durably by invoke itself)."""
+        state = record.state
+        data: dict[str, JsonValue]
+        if state in (State.APPROVED, State.DENIED) and previous is not State.RUNNING:
+            kind = "call.decided"
+            decision = record.decision
+            denial = record.denial if state is State.DENIED else None
+            data = {
+                "outcome": state.value,
+                "decided_by": decision.decided_by if decision is not None else "policy",
+                "rule_ids": list(decision.rule_ids) if decision is not None else [],
+                "denial_kind": denial.kind.value if denial is not None else "",
+            }
+        elif state.is_terminal:
+            kind = "call.finished"
+            result = record.result
+            duration = None
+            if previous is State.RUNNING and record.run_started is not None:
+                duration = round(self.clock.monotonic() - record.run_started, 6)
+            data = {
+                "state": state.value,
+                "is_error": result.is_error if result is not None else False,
+                "error_code": result.error_code if result is not None else "",
+                "exit_code": result.exit_code if result is not None else None,
+                "duration_seconds": duration,
+            }
+        else:
+            return
+        self.journal.record(
+            kind,
+            session_id=record.session_id,
+            execution_id=record.execution_id,
+            principal=owner,
+            data=data,
+        )
 
     def _context(
         self,

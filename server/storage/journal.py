@@ -1,0 +1,321 @@
+"""The durable audit journal in SQLite (WAL, synchronous=FULL) at <state_dir>/journal.db.
+
+Ordering: every event gets its `seq` on the event loop when it is recorded, with no await, so
+the journal order is the order things happened and `seq` is gap-free within a run. Writes go
+through one lock to one connection in a worker thread, oldest first: the writer task commits
+what is pending in batches shortly after it is recorded, and `record_durable` (the record that
+authorizes an effect, `call.invoked`) commits everything up to and including its own event
+before it returns. A failed write keeps its events pending, in order, for the next attempt;
+a durable record that cannot be committed raises `JournalUnavailable`.
+
+Nothing secret is written here by construction: the lifecycle passes only IDs, names,
+summaries, requirements, digests, outcomes and error codes (DESIGN invariant 9).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+
+from callgate.server.core.errors import Unavailable
+from callgate.server.core.journal import JsonValue
+
+log = logging.getLogger(__name__)
+
+JOURNAL_DB = "journal.db"
+_RETRY_SECONDS = 1.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    time TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    data JSON NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_session ON events (session_id, seq);
+CREATE INDEX IF NOT EXISTS events_execution ON events (execution_id, seq);
+"""
+
+# A call whose last event in its run is one of these was left open when that run ended.
+_OPEN_CALLS = """
+SELECT e.execution_id, e.session_id, e.principal, e.run_id FROM events e
+WHERE e.kind IN ('call.prepared', 'call.invoked') AND e.run_id != ?
+  AND NOT EXISTS (
+    SELECT 1 FROM events t WHERE t.execution_id = e.execution_id AND t.seq > e.seq
+      AND (t.kind IN ('call.finished', 'call.abandoned', 'call.invoked')
+           OR (t.kind = 'call.decided' AND json_extract(t.data, '$.outcome') = 'denied'))
+  )
+  AND NOT (e.kind = 'call.prepared' AND EXISTS (
+    SELECT 1 FROM events i WHERE i.execution_id = e.execution_id AND i.kind = 'call.invoked'))
+ORDER BY e.seq
+"""
+
+
+class JournalUnavailable(Unavailable):
+    """The journal could not commit a record that must be durable before an effect."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "JOURNAL_UNAVAILABLE", "The audit journal is unavailable; nothing was run."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One journal row."""
+
+    seq: int
+    run_id: str
+    time: datetime
+    kind: str
+    session_id: str
+    execution_id: str
+    principal: str
+    data: str
+
+    def row(self) -> tuple[int, str, str, str, str, str, str, str]:
+        return (
+            self.seq,
+            self.run_id,
+            self.time.isoformat(),
+            self.kind,
+            self.session_id,
+            self.execution_id,
+            self.principal,
+            self.data,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """Filters and paging for `SqliteJournal.list` (empty filters match everything)."""
+
+    session_id: str = ""
+    execution_id: str = ""
+    kind: str = ""
+    after_seq: int = 0
+    start_time: datetime | None = None
+    limit: int = 100
+
+
+class SqliteJournal:
+    """The journal of one server run, appended to the journal of the runs before it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.run_id = "run_" + uuid.uuid4().hex
+        self._connection: sqlite3.Connection | None = None
+        self._lock = anyio.Lock()
+        self._pending: list[Event] = []
+        self._next_seq = 0
+        self._committed_seq = 0
+        self._wake = anyio.Event()
+        self._closed = False
+
+    # ------------------------------------------------------------------ recording
+
+    def record(
+        self,
+        kind: str,
+        *,
+        session_id: str = "",
+        execution_id: str = "",
+        principal: str = "",
+        data: Mapping[str, JsonValue] | None = None,
+    ) -> None:
+        if self._connection is None:
+            log.error(
+                "an audit event was recorded while the journal is closed", extra={"kind": kind}
+            )
+            return
+        self._append(kind, session_id, execution_id, principal, data)
+
+    async def record_durable(
+        self,
+        kind: str,
+        *,
+        session_id: str = "",
+        execution_id: str = "",
+        principal: str = "",
+        data: Mapping[str, JsonValue] | None = None,
+    ) -> None:
+        if self._connection is None:
+            raise JournalUnavailable()
+        seq = self._append(kind, session_id, execution_id, principal, data)
+        async with self._lock:
+            if self._committed_seq >= seq:
+                return
+            try:
+                await self._flush_locked()
+            except Exception:
+                log.exception("the audit journal could not commit a durable record")
+                raise JournalUnavailable() from None
+
+    def _append(
+        self,
+        kind: str,
+        session_id: str,
+        execution_id: str,
+        principal: str,
+        data: Mapping[str, JsonValue] | None,
+    ) -> int:
+        self._next_seq += 1
+        self._pending.append(
+            Event(
+                seq=self._next_seq,
+                run_id=self.run_id,
+                time=datetime.now(UTC),
+                kind=kind,
+                session_id=session_id,
+                execution_id=execution_id,
+                principal=principal,
+                data=json.dumps(dict(data or {}), sort_keys=True, separators=(",", ":")),
+            )
+        )
+        self._wake.set()
+        return self._next_seq
+
+    async def _flush_locked(self) -> None:
+        batch = self._pending
+        if not batch:
+            return
+        self._pending = []
+        try:
+            await anyio.to_thread.run_sync(self._write, batch)
+        except BaseException:
+            # Keep them, in order, ahead of anything recorded since (gap-free).
+            self._pending = batch + self._pending
+            raise
+        self._committed_seq = batch[-1].seq
+
+    def _write(self, batch: Sequence[Event]) -> None:
+        connection = self._connection
+        assert connection is not None
+        with connection:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.executemany(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [e.row() for e in batch]
+            )
+
+    async def flush(self) -> None:
+        """Commit everything recorded so far."""
+        async with self._lock:
+            await self._flush_locked()
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def open(self) -> None:
+        """Open (creating if needed) the database, record `server.started`, and record every
+        call a previous run left open as `call.abandoned`; all committed before returning."""
+        abandoned = await anyio.to_thread.run_sync(self._open)
+        self.record("server.started", data={"abandoned_calls": len(abandoned)})
+        for execution_id, session_id, principal, run_id in abandoned:
+            self.record(
+                "call.abandoned",
+                session_id=session_id,
+                execution_id=execution_id,
+                principal=principal,
+                data={"previous_run_id": run_id},
+            )
+        await self.flush()
+
+    def _open(self) -> list[tuple[str, str, str, str]]:
+        connection = sqlite3.connect(
+            self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.executescript(_SCHEMA)
+            last = connection.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+            rows = connection.execute(_OPEN_CALLS, (self.run_id,)).fetchall()
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        self._next_seq = self._committed_seq = int(last)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def run_writer(self) -> None:
+        """The writer task: commit pending events soon after they are recorded. Runs until
+        cancelled (in the app's task group); `aclose` commits what is left."""
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("the audit journal could not commit; retrying")
+                await anyio.sleep(_RETRY_SECONDS)
+                self._wake.set()
+
+    async def aclose(self) -> None:
+        """Commit what is pending and close the database."""
+        if self._connection is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("the audit journal lost events at shutdown")
+            async with self._lock:
+                connection, self._connection = self._connection, None
+                if connection is not None:
+                    connection.close()
+
+    # ------------------------------------------------------------------ reading
+
+    async def events(self, query: EventQuery) -> list[Event]:
+        """Committed and pending events matching `query`, oldest first."""
+        await self.flush()
+        return await anyio.to_thread.run_sync(self._select, query)
+
+    def _select(self, query: EventQuery) -> list[Event]:
+        clauses = ["seq > ?"]
+        params: list[object] = [query.after_seq]
+        for column, value in (
+            ("session_id", query.session_id),
+            ("execution_id", query.execution_id),
+            ("kind", query.kind),
+        ):
+            if value:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if query.start_time is not None:
+            clauses.append("time >= ?")
+            params.append(query.start_time.astimezone(UTC).isoformat())
+        params.append(query.limit)
+        where = " AND ".join(clauses)
+        # Only the fixed column names above are interpolated; every value is a parameter.
+        sql = f"SELECT * FROM events WHERE {where} ORDER BY seq LIMIT ?"  # noqa: S608
+        # A separate read connection: readers never wait behind the writer in WAL mode.
+        connection = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        try:
+            rows = connection.execute(sql, params).fetchall()
+        finally:
+            connection.close()
+        return [
+            Event(
+                seq=r[0],
+                run_id=r[1],
+                time=datetime.fromisoformat(r[2]),
+                kind=r[3],
+                session_id=r[4],
+                execution_id=r[5],
+                principal=r[6],
+                data=r[7],
+            )
+            for r in rows
+        ]
