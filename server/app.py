@@ -230,7 +230,7 @@ class App:
             else None
         )
         # The audit journal; opened (and the previous run's open calls abandoned) at start.
-        self.journal = SqliteJournal(self.state_dir / JOURNAL_DB)
+        self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
         roots = [
             str(self.workspace),
             *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
