@@ -222,17 +222,40 @@ class BwrapCommand(LaunchedCommand):
     async def terminate_tree(self, grace: float) -> None:
         if self._child.returncode is not None:
             return
-        if grace > 0:
-            self.signal_tree(signal.SIGTERM)
-            if await self._wait_bounded(grace):
-                return
-        self.signal_tree(signal.SIGKILL)
-        if not await self._wait_bounded(KILL_CONFIRM_SECONDS):
-            log.error("a sandboxed command did not end after SIGKILL")
+        # The kernel ends the rest of a PID namespace asynchronously once its init is gone, so
+        # "gone" is confirmed per process: pidfds of the tree taken before signalling.
+        members = (
+            proctree.descendant_pidfds(self._init_pid, self._init_fd)
+            if self._init_fd is not None and self._init_pid is not None
+            else []
+        )
+        try:
+            if grace > 0:
+                self.signal_tree(signal.SIGTERM)
+                if await self._wait_bounded(grace):
+                    await _until_exited(members, KILL_CONFIRM_SECONDS)
+                    return
+            self.signal_tree(signal.SIGKILL)
+            if not await self._wait_bounded(KILL_CONFIRM_SECONDS):
+                log.error("a sandboxed command did not end after SIGKILL")
+            await _until_exited(members, KILL_CONFIRM_SECONDS)
+        finally:
+            for fd in members:
+                proctree.close_fd(fd)
 
     def _exited(self) -> None:
         proctree.close_fd(self._init_fd)
         self._init_fd = None
+
+
+async def _until_exited(pidfds: list[int], limit: float) -> None:
+    """Wait (bounded) until every process behind `pidfds` has terminated."""
+    with anyio.move_on_after(limit) as scope:
+        for fd in pidfds:
+            if not proctree.has_exited(fd):
+                await anyio.wait_readable(fd)
+    if scope.cancelled_caught:
+        log.error("a sandboxed process outlived its namespace's init")
 
 
 class BwrapRunner:

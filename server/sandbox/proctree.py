@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 from collections import deque
 from dataclasses import dataclass
@@ -111,6 +112,23 @@ def signal_descendants(root_pid: int, root_pidfd: int, signum: int) -> int:
     that dies of the signal cannot hide its children from the walk. Processes forked
     meanwhile may be missed: a caller that must end the whole tree finishes with SIGKILL to
     the root of a PID namespace."""
+    tree = descendant_pidfds(root_pid, root_pidfd)
+    try:
+        return sum(1 for fd in tree if pidfd_signal(fd, signum))
+    finally:
+        for fd in tree:
+            close_fd(fd)
+
+
+def has_exited(pidfd: int) -> bool:
+    """True once the process has terminated (a pidfd polls readable then, zombie or not)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def descendant_pidfds(root_pid: int, root_pidfd: int) -> list[int]:
+    """Pidfds of every descendant of the root (the caller closes them)."""
     tree: list[int] = []
     try:
         # (pid, pidfd) of processes already verified to belong to the tree.
@@ -133,10 +151,11 @@ def signal_descendants(root_pid: int, root_pidfd: int, signum: int) -> int:
                     continue
                 tree.append(child_fd)
                 queue.append((child, child_fd))
-        return sum(1 for fd in tree if pidfd_signal(fd, signum))
-    finally:
+    except BaseException:
         for fd in tree:
             close_fd(fd)
+        raise
+    return tree
 
 
 def live_group_members(pgid: int) -> list[int]:
