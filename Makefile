@@ -73,6 +73,7 @@ check: lint typecheck buf-lint proto-check test
 bench: install install-system
 	$(PY) bench/run.py
 	$(PY) bench/bash.py
+	$(PY) bench/load.py
 
 # The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
 image:

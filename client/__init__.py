@@ -8,10 +8,12 @@ async with CallgateClient("unix:///run/callgate.sock", token=default_token(state
 `callgate.client.providers` turns a model's tool calls (OpenAI or Anthropic shape) into runs
 and the results back into that provider's tool results.
 
-An approver connects with its own token and uses `client.approvals` (see `Approvals`).
+An approver connects with its own token and uses `client.approvals` (see `Approvals`) and
+`client.audit` (the audit journal, see `Audit`).
 """
 
 from callgate.client.approvals import ApprovalItem, Approvals
+from callgate.client.audit import Audit, EventPage
 from callgate.client.connection import (
     MAX_MESSAGE_BYTES,
     CallgateClient,
@@ -43,6 +45,7 @@ from callgate.client.errors import (
     ToolNotFoundError,
 )
 from callgate.client.models import (
+    AuditEvent,
     Decision,
     DecisionKind,
     Denial,
@@ -79,6 +82,8 @@ __all__ = [
     "ApprovalItem",
     "ApprovalTimeoutError",
     "Approvals",
+    "Audit",
+    "AuditEvent",
     "AuthenticationError",
     "CallDeniedError",
     "CallNotFoundError",
@@ -91,6 +96,7 @@ __all__ = [
     "DecisionKind",
     "Denial",
     "DenialKind",
+    "EventPage",
     "FieldViolation",
     "InternalServerError",
     "InvalidArgumentsError",

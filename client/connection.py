@@ -13,12 +13,18 @@ import anyio
 import grpc
 
 from callgate.client.approvals import Approvals
+from callgate.client.audit import Audit
 from callgate.client.conversion import session_from_proto, tool_spec_from_proto
 from callgate.client.exchange import Exchange
 from callgate.client.models import ToolSpec
 from callgate.client.session import ClientSession
 from callgate.client.transport import Transport
-from callgate.v1 import approval_service_pb2_grpc, tool_service_pb2, tool_service_pb2_grpc
+from callgate.v1 import (
+    approval_service_pb2_grpc,
+    audit_service_pb2_grpc,
+    tool_service_pb2,
+    tool_service_pb2_grpc,
+)
 
 if TYPE_CHECKING:
     from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
@@ -175,6 +181,7 @@ class CallgateClient:
         self._stub_or_none: ToolServiceAsyncStub | None = None
         self._transport_or_none: Transport | None = None
         self._approvals_or_none: Approvals | None = None
+        self._audit_or_none: Audit | None = None
 
     @property
     def target(self) -> str:
@@ -201,6 +208,9 @@ class CallgateClient:
                 approval_service_pb2_grpc.ApprovalServiceStub(self._channel),
                 self._transport_or_none,
             )
+            self._audit_or_none = Audit(
+                audit_service_pb2_grpc.AuditServiceStub(self._channel), self._transport_or_none
+            )
         return self
 
     async def __aexit__(
@@ -216,6 +226,7 @@ class CallgateClient:
         channel, self._channel, self._stub_or_none = self._channel, None, None
         transport, self._transport_or_none = self._transport_or_none, None
         self._approvals_or_none = None
+        self._audit_or_none = None
         # Shielded: a caller cancelled while leaving `async with` must still release both.
         with anyio.CancelScope(shield=True):
             if transport is not None:
@@ -248,6 +259,16 @@ class CallgateClient:
                 "The client is not open; use it as `async with CallgateClient(...)`."
             )
         return self._approvals_or_none
+
+    @property
+    def audit(self) -> Audit:
+        """AuditService: the audit journal, listed or followed. Needs a token of a principal
+        with the approver role (`<state_dir>/tokens/approver`) or admin."""
+        if self._audit_or_none is None:
+            raise RuntimeError(
+                "The client is not open; use it as `async with CallgateClient(...)`."
+            )
+        return self._audit_or_none
 
     def open_session(
         self, workspace: str | os.PathLike[str] = "", labels: Mapping[str, str] | None = None

@@ -12,6 +12,7 @@ from pydantic import JsonValue
 
 from callgate.client.errors import ProtocolError
 from callgate.client.models import (
+    AuditEvent,
     Decision,
     DecisionKind,
     Denial,
@@ -30,7 +31,13 @@ from callgate.client.models import (
     ToolResult,
     ToolSpec,
 )
-from callgate.v1 import approval_service_pb2, session_pb2, tool_call_pb2, tool_service_pb2
+from callgate.v1 import (
+    approval_service_pb2,
+    audit_service_pb2,
+    session_pb2,
+    tool_call_pb2,
+    tool_service_pb2,
+)
 
 __all__ = [
     "DECISION_KINDS",
@@ -290,3 +297,22 @@ def rule_effect_to_proto(effect: RuleEffect) -> approval_service_pb2.RuleEffect.
             raise ValueError("A rule's effect must be allow or deny.")
         case _:
             assert_never(effect)
+
+
+def audit_event_from_proto(message: audit_service_pb2.AuditEvent) -> AuditEvent:
+    try:
+        data = json.loads(message.data_json) if message.data_json else {}
+    except ValueError:
+        raise ProtocolError("the server sent an audit event whose data is not JSON") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("the server sent an audit event whose data is not a JSON object")
+    return AuditEvent(
+        seq=message.seq,
+        run_id=message.run_id,
+        time=timestamp_from_proto(message.time),
+        kind=message.kind,
+        session_id=message.session_id,
+        execution_id=message.execution_id,
+        principal=message.principal,
+        data=data,
+    )

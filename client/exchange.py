@@ -199,8 +199,22 @@ def _failure_of(error: grpc.aio.AioRpcError) -> _Failure:
 
     if code is grpc.StatusCode.UNAVAILABLE:
         return lambda: StreamBroken(typed())
+    if code is grpc.StatusCode.INTERNAL and not _from_callgate(error):
+        # gRPC's own failure (e.g. "Internal error from Core" when a stream is opened on a
+        # connection the server is closing), not a server verdict: the outcome is unknown.
+        return lambda: StreamBroken(
+            ServerUnavailableError(
+                f"The connection to the server failed: {error.details() or 'no details'}",
+                code=grpc.StatusCode.UNAVAILABLE,
+            )
+        )
     # Anything else (UNAUTHENTICATED before any operation ran, say) is that stream's verdict.
     return typed
+
+
+def _from_callgate(error: grpc.aio.AioRpcError) -> bool:
+    """Whether the server's handler sent this status (callgate statuses carry details)."""
+    return any(key == "grpc-status-details-bin" for key, _ in error.trailing_metadata() or ())
 
 
 class _Stream:

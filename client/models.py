@@ -263,6 +263,20 @@ class Resolved(_Frozen):
     state: State
 
 
+class AuditEvent(_Frozen):
+    """One audit journal record (see the README for the kinds and their data)."""
+
+    seq: int
+    run_id: str
+    time: datetime
+    kind: str
+    session_id: str
+    execution_id: str
+    principal: str
+    # The event's details: IDs, names, outcomes; never arguments, contents or output.
+    data: dict[str, JsonValue]
+
+
 class Rule(_Frozen):
     """A stored allow or deny; `scope` is "" (config), "session:<id>" or "workspace:<root>"."""
 

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from callgate.server.config import ConfigError, ServerConfig
 from callgate.server.core.approvals import Approvals
+from callgate.server.core.audit import Audit
 from callgate.server.core.board import ApprovalBoard
 from callgate.server.core.gate import AccessDefaults, Gate
 from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
@@ -32,6 +33,7 @@ from callgate.server.core.tool import ToolLimits
 from callgate.server.credentials import load_authenticator
 from callgate.server.metrics import MetricsServer, PrometheusTelemetry, serve_metrics
 from callgate.server.rpc.approval_service import ApprovalServicer
+from callgate.server.rpc.audit_service import AuditServicer
 from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner
@@ -54,15 +56,17 @@ from callgate.server.tools.catalog import (
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings
-from callgate.v1 import approval_service_pb2, tool_service_pb2
+from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
 
 log = logging.getLogger(__name__)
 
 TOOL_SERVICE = "callgate.v1.ToolService"
 APPROVAL_SERVICE = "callgate.v1.ApprovalService"
+AUDIT_SERVICE = "callgate.v1.AuditService"
 RULES_DB = "rules.db"
 SWEEP_INTERVAL_SECONDS = 1.0
-SHUTDOWN_GRACE_SECONDS = 5.0
+# After the grace period: how long cancelled invocations get to send their answers.
+ANSWER_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +213,9 @@ class App:
         rg = shutil.which("rg") if config.tools.ripgrep else None
         self.runner = build_runner(self.sandbox)
         self.command_settings = command_settings(config, os.environ)
-        self.processes = ProcessServices(supervisor_settings(config))
+        # The audit journal; opened (and the previous run's open calls abandoned) at start.
+        self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
+        self.processes = ProcessServices(supervisor_settings(config), self.journal)
         background = SupervisedBash(self.processes, self.runner, self.command_settings)
         headless = config.approval_mode == "headless"
         self.board = ApprovalBoard()
@@ -229,8 +235,6 @@ class App:
             if config.metrics_listen
             else None
         )
-        # The audit journal; opened (and the previous run's open calls abandoned) at start.
-        self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
         roots = [
             str(self.workspace),
             *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
@@ -268,6 +272,8 @@ class App:
         self.rule_store = SqliteRuleStore(self.state_dir / RULES_DB)
         self.approvals = Approvals(self.lifecycle, self.rules, self.rule_store)
         self.approval_servicer = ApprovalServicer(self.approvals)
+        self.audit = Audit(self.journal)
+        self.audit_servicer = AuditServicer(self.audit)
 
     def _watch_gauges(self, metrics: PrometheusTelemetry) -> None:
         lifecycle, board = self.lifecycle, self.board
@@ -306,10 +312,23 @@ class App:
             self.approval_servicer.handlers(),
             self.authenticator,
         )
+        register_service(
+            server,
+            audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"],
+            audit_service_pb2,
+            self.audit_servicer.handlers(),
+            self.authenticator,
+        )
         health_servicer = SandboxReportingHealth(self.sandbox.mode.value)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
-            (TOOL_SERVICE, APPROVAL_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            (
+                TOOL_SERVICE,
+                APPROVAL_SERVICE,
+                AUDIT_SERVICE,
+                health.SERVICE_NAME,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         return server, health_servicer
@@ -354,6 +373,7 @@ class App:
     async def running(self) -> AsyncIterator[RunningServer]:
         """Start serving; on exit, drain gracefully and stop."""
         await self.journal.open()
+        await anyio.to_thread.run_sync(self._sweep_session_dirs)
         for rule in await self.rule_store.load():
             self.rules.add(rule)
         server, health_servicer = self._grpc_server()
@@ -365,6 +385,7 @@ class App:
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(TOOL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(APPROVAL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set(AUDIT_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         metrics_server: MetricsServer | None = None
         if self.metrics is not None:
             metrics_server = serve_metrics(self.config.metrics_listen, self.metrics.registry)
@@ -400,18 +421,47 @@ class App:
     async def _drain(
         self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer
     ) -> None:
-        """Graceful stop (idempotent): refuse new work, give running calls the grace period,
-        cancel the rest, then close every session (process trees confirmed gone)."""
+        """Graceful stop (idempotent; DESIGN section 7): refuse new work at once (UNAVAILABLE /
+        SHUTTING_DOWN), give running invocations the grace period, cancel the rest so that
+        they answer CANCELLED, close every session (process trees confirmed gone), wait for
+        the answers to go out, then commit the journal and close it."""
         if self._drained:
             return
         self._drained = True
+        grace = self.config.shutdown_grace_seconds
+        log.info(
+            "shutting down",
+            extra={"detail": f"{self.lifecycle.running_total} running, grace {grace:g} s"},
+        )
         self.lifecycle.begin_shutdown()
         self.tool_servicer.begin_shutdown()
+        self.audit.begin_shutdown()
         await health_servicer.enter_graceful_shutdown()
-        await server.stop(SHUTDOWN_GRACE_SECONDS)
-        self.lifecycle.cancel_all()
-        await self.lifecycle.close_all()
+        async with anyio.create_task_group() as stopping:
+            # Stops accepting connections and RPCs now; returns once every RPC has ended.
+            stopping.start_soon(server.stop, grace + ANSWER_SECONDS)
+            with anyio.move_on_after(grace):
+                await self.lifecycle.wait_idle()
+            self.lifecycle.cancel_all()
+            await self.lifecycle.close_all()
         await self.journal.aclose()
+        log.info("stopped")
+
+    def _sweep_session_dirs(self) -> None:
+        """Sessions do not survive a restart: remove what a previous run's sessions left in
+        the state directory (process output spools), which a crash would otherwise keep."""
+        sessions = self.state_dir / "sessions"
+        if not sessions.is_dir() or sessions.is_symlink():
+            return
+        for entry in sessions.iterdir():
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    # rmtree does not follow symlinks inside (fd-based on Linux).
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            except OSError:
+                log.warning("could not remove a stale session directory", exc_info=True)
 
     async def _sweep_forever(self) -> None:
         while True:

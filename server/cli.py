@@ -9,6 +9,8 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import aclosing
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,14 @@ def _serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.listen:
         overrides["listen"] = args.listen
-    for key in ("workspace", "state_dir", "approval_mode", "sandbox", "metrics_listen"):
+    for key in (
+        "workspace",
+        "state_dir",
+        "approval_mode",
+        "sandbox",
+        "metrics_listen",
+        "shutdown_grace_seconds",
+    ):
         value = getattr(args, key)
         if value is not None:
             overrides[key] = value
@@ -228,6 +237,76 @@ def _rules(args: argparse.Namespace) -> int:
         return _client_error(exc)
 
 
+def _since(text: str) -> datetime:
+    """`--since`/`--until`: an ISO 8601 time (UTC when it has no offset) or an age such as
+    `90s`, `15m`, `2h`, `7d` (that long before now)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit() and len(text) <= 12:
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO 8601 time nor an age such as 15m, 2h or 7d"
+        ) from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from callgate.client import AuditEvent, CallgateClient, CallgateClientError
+    from callgate.client.display import visible
+
+    target, token = _client_settings(args)
+
+    def show(event: AuditEvent) -> None:
+        if args.json:
+            print(json.dumps(event.model_dump(mode="json"), sort_keys=True), flush=True)
+            return
+        data = json.dumps(event.data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        fields = (
+            str(event.seq),
+            event.time.isoformat(timespec="milliseconds"),
+            event.kind,
+            event.session_id or "-",
+            event.execution_id or "-",
+            event.principal or "-",
+            data,
+        )
+        print(" ".join(visible(f) for f in fields), flush=True)
+
+    async def main() -> int:
+        filters: dict[str, Any] = {
+            "session_id": args.session or "",
+            "execution_id": args.execution or "",
+            "kind": args.kind or "",
+            "start_time": args.since,
+            "end_time": args.until,
+        }
+        async with CallgateClient(target, token=token) as client:
+            if args.follow:
+                async with aclosing(
+                    client.audit.watch(**filters, after_seq=args.after_seq)
+                ) as events:
+                    async for event in events:
+                        show(event)
+                return 0
+            shown = 0
+            async with aclosing(client.audit.events(**filters)) as events:
+                async for event in events:
+                    if args.limit and shown >= args.limit:
+                        break
+                    show(event)
+                    shown += 1
+        return 0
+
+    try:
+        return anyio.run(main)
+    except KeyboardInterrupt:
+        return 130
+    except CallgateClientError as exc:
+        return _client_error(exc)
+
+
 def _health(args: argparse.Namespace) -> int:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -302,6 +381,13 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
         dest="metrics_listen",
         metavar="ADDR",
         help="serve Prometheus /metrics over HTTP on HOST:PORT (no authentication)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        dest="shutdown_grace_seconds",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long running calls may finish before they are cancelled",
     )
     serve.set_defaults(func=_serve)
 
@@ -382,6 +468,36 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     rules_rm.add_argument("rule_id", help="the rule's ID (see `callgate rules list`)")
     for command in (rules_list, rules_add, rules_rm):
         command.set_defaults(func=_rules)
+
+    audit = sub.add_parser(
+        "audit",
+        help="print the audit journal (oldest first); --follow keeps printing new events",
+        description="One line per event: seq, time, kind, session, execution, principal, data "
+        "(JSON). Server strings are shown with control and invisible characters escaped.",
+    )
+    client_options(audit, role="approver")
+    audit.add_argument("--session", help="only this session's events")
+    audit.add_argument("--execution", help="only this call's events")
+    audit.add_argument(
+        "--kind", help='an event kind ("call.finished") or a family ending in "." ("process.")'
+    )
+    audit.add_argument("--since", type=_since, help="ISO 8601 time or an age: 90s, 15m, 2h, 7d")
+    audit.add_argument("--until", type=_since, help="ISO 8601 time or an age: 90s, 15m, 2h, 7d")
+    audit.add_argument(
+        "--limit", type=int, default=0, help="print at most this many events (default: all)"
+    )
+    audit.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing events as they are committed"
+    )
+    audit.add_argument(
+        "--after-seq",
+        dest="after_seq",
+        type=int,
+        default=0,
+        help="with --follow: start after this seq (default 0: the whole journal first)",
+    )
+    audit.add_argument("--json", action="store_true", help="print each event as a JSON object")
+    audit.set_defaults(func=_audit)
 
     _add_mcp_parser(sub, client_options)
 

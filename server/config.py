@@ -206,6 +206,9 @@ class ServerConfig(BaseModel):
     approval_mode: Literal["interactive", "headless"] = "interactive"
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # On SIGTERM/SIGINT: seconds running invocations get to finish before they are cancelled
+    # (their process trees killed and confirmed gone); new work is refused at once.
+    shutdown_grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 10.0
     denied_paths: list[str] | None = None
     access: AccessDefaults = Field(default_factory=AccessDefaults)
     rules: list[RuleConfig] = Field(default_factory=list)

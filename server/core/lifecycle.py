@@ -156,6 +156,8 @@ class Lifecycle:
         self.clock: Clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
         self._running_total = 0
+        # Set (and dropped) when the last running invocation ends; see `wait_idle`.
+        self._idle: anyio.Event | None = None
         self._shutting_down = False
         self._spawn: Spawn | None = None
         self._state_root = (
@@ -438,6 +440,9 @@ class Lifecycle:
         finally:
             session.running -= 1
             self._running_total -= 1
+            if not self._running_total and self._idle is not None:
+                self._idle.set()
+                self._idle = None
             self.telemetry.phase(Phase.INVOKE, time.perf_counter() - started)
         return record.snapshot()
 
@@ -633,6 +638,13 @@ class Lifecycle:
         self._sessions.clear()
         for session in sessions:
             await self._close(session)
+
+    async def wait_idle(self) -> None:
+        """Return once no invocation is running (the shutdown grace period waits on this)."""
+        while self._running_total:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
 
     @property
     def running_total(self) -> int:

@@ -12,7 +12,7 @@ from callgate.v1 import approval_service_pb2 as pb
 from callgate.v1 import tool_call_pb2
 
 from .convert import call_to_proto, state_to_proto, timestamp
-from .handlers import Call, StreamHandler, UnaryHandler
+from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 
 
 def decision_from_proto(kind: pb.DecisionKind.ValueType) -> ApproverDecision | None:
@@ -100,13 +100,14 @@ class ApprovalServicer:
         self.approvals = approvals
 
     def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
+        commit = self.approvals.lifecycle.journal.commit
         return {
             "WatchApprovals": self.watch_approvals,
-            "Decide": self.decide,
-            "Answer": self.answer,
+            "Decide": acknowledged(self.decide, commit),
+            "Answer": acknowledged(self.answer, commit),
             "ListRules": self.list_rules,
-            "CreateRule": self.create_rule,
-            "DeleteRule": self.delete_rule,
+            "CreateRule": acknowledged(self.create_rule, commit),
+            "DeleteRule": acknowledged(self.delete_rule, commit),
         }
 
     async def watch_approvals(self, request: pb.WatchApprovalsRequest, call: Call) -> None:

@@ -45,6 +45,19 @@ UnaryHandler = Callable[[Any, Call], Awaitable[Message]]
 StreamHandler = Callable[[Any, Call], Awaitable[None]]
 
 
+def acknowledged(handler: UnaryHandler, commit: Callable[[], Awaitable[None]]) -> UnaryHandler:
+    """`handler`, answering only once `commit` returned: what the answer acknowledges (a call
+    prepared, decided or finished; a rule; a session) is in the audit journal before the
+    caller learns of it, so a crash right after an answer cannot lose its record."""
+
+    async def run(request: Any, call: Call) -> Message:
+        response = await handler(request, call)
+        await commit()
+        return response
+
+    return run
+
+
 def _deserializer(message_type: type[Message]) -> Callable[[bytes], object]:
     def decode(data: bytes) -> object:
         try:

@@ -9,7 +9,7 @@ from callgate.v1 import tool_service_pb2 as pb
 
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
-from .handlers import Call, StreamHandler, UnaryHandler
+from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 
 
 class ToolServicer:
@@ -18,12 +18,13 @@ class ToolServicer:
     def __init__(self, lifecycle: Lifecycle) -> None:
         self.lifecycle = lifecycle
         # Exchange runs each operation through the unary handler of the same RPC.
+        commit = lifecycle.journal.commit
         self._exchange_operations: dict[str, UnaryHandler] = {
-            "prepare": self.prepare,
-            "approve": self.approve,
-            "invoke": self.invoke,
+            "prepare": acknowledged(self.prepare, commit),
+            "approve": acknowledged(self.approve, commit),
+            "invoke": acknowledged(self.invoke, commit),
             "get_call": self.get_call,
-            "cancel_call": self.cancel_call,
+            "cancel_call": acknowledged(self.cancel_call, commit),
         }
         check_operations(self._exchange_operations)
         self._exchanges: set[ExchangeStream] = set()
@@ -42,19 +43,21 @@ class ToolServicer:
             stream.stop_reading()
 
     def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
+        # Answers that acknowledge a journaled event wait for its commit (see `acknowledged`).
+        commit = self.lifecycle.journal.commit
         return {
-            "OpenSession": self.open_session,
-            "CloseSession": self.close_session,
+            "OpenSession": acknowledged(self.open_session, commit),
+            "CloseSession": acknowledged(self.close_session, commit),
             "GetSession": self.get_session,
             "OpenLoop": self.open_loop,
             "ListTools": self.list_tools,
-            "Prepare": self.prepare,
-            "Approve": self.approve,
-            "Invoke": self.invoke,
+            "Prepare": acknowledged(self.prepare, commit),
+            "Approve": acknowledged(self.approve, commit),
+            "Invoke": acknowledged(self.invoke, commit),
             "InvokeStream": self.invoke_stream,
             "GetCall": self.get_call,
             "ListCalls": self.list_calls,
-            "CancelCall": self.cancel_call,
+            "CancelCall": acknowledged(self.cancel_call, commit),
             "WatchCall": self.watch_call,
             "Exchange": self.exchange,
         }
@@ -119,6 +122,7 @@ class ToolServicer:
         snapshot = await self.lifecycle.invoke(
             call.principal, request.session_id, request.execution_id, request.request_id, emit
         )
+        await self.lifecycle.journal.commit()
         await context.write(pb.InvokeStreamResponse(finished=call_to_proto(snapshot)))
 
     async def get_call(self, request: pb.GetCallRequest, call: Call) -> pb.GetCallResponse:

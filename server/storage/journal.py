@@ -25,19 +25,22 @@ import logging
 import sqlite3
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 
 from callgate.server.core.errors import Unavailable
-from callgate.server.core.journal import JsonValue
+from callgate.server.core.journal import Event, EventQuery, JsonValue
 
 log = logging.getLogger(__name__)
 
 JOURNAL_DB = "journal.db"
 _RETRY_SECONDS = 1.0
+_UNACKNOWLEDGED = (
+    "The audit journal could not record this request's outcome; retry it (with the same "
+    "request_id) once the journal is available."
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -72,48 +75,8 @@ ORDER BY e.seq
 class JournalUnavailable(Unavailable):
     """The journal could not commit a record that must be durable before an effect."""
 
-    def __init__(self) -> None:
-        super().__init__(
-            "JOURNAL_UNAVAILABLE", "The audit journal is unavailable; nothing was run."
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One journal row."""
-
-    seq: int
-    run_id: str
-    time: datetime
-    kind: str
-    session_id: str
-    execution_id: str
-    principal: str
-    data: str
-
-    def row(self) -> tuple[int, str, str, str, str, str, str, str]:
-        return (
-            self.seq,
-            self.run_id,
-            self.time.isoformat(),
-            self.kind,
-            self.session_id,
-            self.execution_id,
-            self.principal,
-            self.data,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class EventQuery:
-    """Filters and paging for `SqliteJournal.list` (empty filters match everything)."""
-
-    session_id: str = ""
-    execution_id: str = ""
-    kind: str = ""
-    after_seq: int = 0
-    start_time: datetime | None = None
-    limit: int = 100
+    def __init__(self, message: str = "The audit journal is unavailable; nothing was run.") -> None:
+        super().__init__("JOURNAL_UNAVAILABLE", message)
 
 
 class SqliteJournal:
@@ -131,6 +94,7 @@ class SqliteJournal:
         self._next_seq = 0
         self._committed_seq = 0
         self._wake = anyio.Event()
+        self._committed = anyio.Event()
         self._closed = False
 
     # ------------------------------------------------------------------ recording
@@ -213,6 +177,11 @@ class SqliteJournal:
             self._pending = batch + self._pending
             raise
         self._committed_seq = batch[-1].seq
+        self._committed.set()
+        self._committed = anyio.Event()
+
+    def changed(self) -> anyio.Event:
+        return self._committed
 
     def _write(self, batch: Sequence[Event]) -> None:
         connection = self._connection
@@ -222,6 +191,19 @@ class SqliteJournal:
             connection.executemany(
                 "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [e.row() for e in batch]
             )
+
+    async def commit(self) -> None:
+        """Commit everything recorded so far before an RPC answers; raises
+        `JournalUnavailable` if that cannot be done (the events stay pending, in order)."""
+        if self._committed_seq >= self._next_seq:
+            return
+        if self._connection is None:
+            raise JournalUnavailable(_UNACKNOWLEDGED)
+        try:
+            await self.flush()
+        except Exception:
+            log.exception("the audit journal could not commit before an answer")
+            raise JournalUnavailable(_UNACKNOWLEDGED) from None
 
     async def flush(self) -> None:
         """Commit everything recorded so far."""
@@ -302,14 +284,23 @@ class SqliteJournal:
         for column, value in (
             ("session_id", query.session_id),
             ("execution_id", query.execution_id),
-            ("kind", query.kind),
         ):
             if value:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if query.kind.endswith("."):
+            clauses.append("substr(kind, 1, ?) = ?")
+            params += [len(query.kind), query.kind]
+        elif query.kind:
+            clauses.append("kind = ?")
+            params.append(query.kind)
+        # Times are stored as UTC ISO 8601 text, which orders like the times themselves.
         if query.start_time is not None:
             clauses.append("time >= ?")
             params.append(query.start_time.astimezone(UTC).isoformat())
+        if query.end_time is not None:
+            clauses.append("time < ?")
+            params.append(query.end_time.astimezone(UTC).isoformat())
         params.append(query.limit)
         where = " AND ".join(clauses)
         # Only the fixed column names above are interpolated; every value is a parameter.

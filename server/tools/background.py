@@ -63,6 +63,7 @@ class SupervisedBash:
                 artifact.command,
                 lambda: self.runner.start(spec),
                 artifact.timeout,
+                ctx.execution_id,
             )
         except ProcessLimitReached as exc:
             return process_limit(exc)

@@ -21,6 +21,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from callgate.server.core.errors import arguments_invalid
+from callgate.server.core.journal import Journal
 from callgate.server.core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
@@ -59,12 +60,16 @@ class ProcessServices:
     """What the process tools and background Bash share: the settings every session's
     supervisor is built with. One per server, built in the composition root."""
 
-    def __init__(self, settings: SupervisorSettings | None = None) -> None:
+    def __init__(
+        self, settings: SupervisorSettings | None = None, journal: Journal | None = None
+    ) -> None:
         self.settings = settings or SupervisorSettings()
+        # Where supervisors record process lifecycle events (the server's audit journal).
+        self.journal = journal
 
     def supervisor(self, ctx: ToolContext) -> ProcessSupervisor:
         """The session's supervisor, created on first use."""
-        return session_supervisor(ctx.resources, self.settings)
+        return session_supervisor(ctx.resources, self.settings, self.journal)
 
     def find(self, ctx: ToolContext, process_id: str) -> SupervisedProcess | None:
         """The calling loop's process with that ID (None: unknown, or someone else's)."""

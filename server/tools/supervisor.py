@@ -29,6 +29,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from callgate.server.core.errors import ResourceExhausted
+from callgate.server.core.journal import Journal, NullJournal
 from callgate.server.core.resources import ResourceKey, SessionResources
 from callgate.server.sandbox.runner import RunningCommand
 
@@ -171,9 +172,17 @@ def new_process_id() -> str:
 class ProcessSupervisor:
     """The supervised processes of one session (see the module docstring)."""
 
-    def __init__(self, settings: SupervisorSettings, resources: SessionResources) -> None:
+    def __init__(
+        self,
+        settings: SupervisorSettings,
+        resources: SessionResources,
+        journal: Journal | None = None,
+    ) -> None:
         self.settings = settings
         self._resources = resources
+        # Process lifecycle events (DESIGN section 8): IDs, reasons, exit codes; no output,
+        # no command, no PID.
+        self._journal: Journal = journal or NullJournal()
         self._processes: dict[str, SupervisedProcess] = {}
         self._finished_order: deque[str] = deque()
         self._starting: dict[str, int] = {}
@@ -216,7 +225,12 @@ class ProcessSupervisor:
     # ------------------------------------------------------------------ starting
 
     async def start(
-        self, loop_id: str, command: str, launch: Launch, time_limit: float | None
+        self,
+        loop_id: str,
+        command: str,
+        launch: Launch,
+        time_limit: float | None,
+        execution_id: str = "",
     ) -> SupervisedProcess:
         """Start a command (through `launch`) under supervision. Raises ProcessLimitReached,
         SupervisorClosed, or whatever `launch` raises (nothing is left running then)."""
@@ -247,6 +261,12 @@ class ProcessSupervisor:
                 )
                 self._processes[process_id] = process
                 self._resources.spawn(lambda: self._supervise(process))
+                self._journal.record(
+                    "process.started",
+                    session_id=self._resources.session_id,
+                    execution_id=execution_id,
+                    data={"process_id": process_id, "loop_id": loop_id},
+                )
             except BaseException:
                 self._processes.pop(process_id, None)
                 with anyio.CancelScope(shield=True):
@@ -339,6 +359,17 @@ class ProcessSupervisor:
         log.info(
             "process ended",
             extra={"detail": f"{process.process_id} {process.reason.value} {process.exit_code}"},
+        )
+        self._journal.record(
+            "process.ended",
+            session_id=self._resources.session_id,
+            data={
+                "process_id": process.process_id,
+                "loop_id": process.loop_id,
+                "reason": process.reason.value,
+                "exit_code": process.exit_code,
+                "duration_seconds": round(time.monotonic() - process.start_monotonic, 6),
+            },
         )
         if self._processes.get(process.process_id) is process:
             self._finished_order.append(process.process_id)
@@ -506,10 +537,10 @@ SUPERVISOR = ResourceKey[ProcessSupervisor]("process_supervisor")
 
 
 def session_supervisor(
-    resources: SessionResources, settings: SupervisorSettings
+    resources: SessionResources, settings: SupervisorSettings, journal: Journal | None = None
 ) -> ProcessSupervisor:
     """The session's supervisor, created on first use."""
-    return resources.get(SUPERVISOR, lambda: ProcessSupervisor(settings, resources))
+    return resources.get(SUPERVISOR, lambda: ProcessSupervisor(settings, resources, journal))
 
 
 def limit_error(exc: ProcessLimitReached) -> ResourceExhausted:

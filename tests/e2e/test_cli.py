@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -27,6 +30,13 @@ def _cli(*args: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProc
         env=env,
         check=False,
     )
+
+
+def _line(stream: IO[str], timeout: float = 10) -> str:
+    """The next line, waiting at most `timeout` seconds for it to start arriving."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    assert ready, f"no output within {timeout} s"
+    return stream.readline()
 
 
 @pytest.fixture
@@ -119,3 +129,52 @@ def test_bad_rule_pattern_fails_naming_the_rule(tmp_path: Path) -> None:
     done = _cli("serve", "--config", str(config), cwd=tmp_path, timeout=30)
     assert done.returncode == 2
     assert "rules.0.match" in done.stderr
+
+
+def test_audit_prints_the_journal_filters_and_follows(server_dir: Path) -> None:
+    """`callgate audit` (approver token by default) lists events; --kind/--json filter and
+    format them; --follow prints new events as they commit; an agent token is refused."""
+    done = _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir)
+    assert done.returncode == 0, done.stderr
+    listed = _cli("audit", cwd=server_dir)
+    assert listed.returncode == 0, listed.stderr
+    kinds = [line.split(" ")[2] for line in listed.stdout.splitlines()]
+    assert kinds[0] == "server.started"
+    assert kinds[-5:] == [
+        "call.prepared",
+        "call.decided",
+        "call.invoked",
+        "call.finished",
+        "session.closed",
+    ]
+    assert "hello from the workspace" not in listed.stdout
+
+    finished = _cli("audit", "--kind", "call.finished", "--json", cwd=server_dir)
+    (event,) = [json.loads(line) for line in finished.stdout.splitlines()]
+    assert (event["kind"], event["data"]["state"]) == ("call.finished", "succeeded")
+    assert _cli("audit", "--limit", "1", cwd=server_dir).stdout.count("\n") == 1
+
+    refused = _cli(
+        "audit", "--token-file", str(server_dir / ".callgate/tokens/agent"), cwd=server_dir
+    )
+    assert refused.returncode == 2
+    assert "ROLE_REQUIRED" in refused.stderr
+    assert _cli("audit", "--since", "yesterday", cwd=server_dir).returncode == 2
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    follower = subprocess.Popen(
+        [CALLGATE, "audit", "--follow", "--kind", "call.finished"],
+        cwd=server_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        assert " call.finished " in _line(follower.stdout)  # the one from before
+        again = _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir)
+        assert again.returncode == 0, again.stderr
+        assert " call.finished " in _line(follower.stdout)  # the new one, followed
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)

@@ -7,11 +7,13 @@ import os
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
+from callgate.server.core.commands import normalize_command
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import Prepared, Tool, ToolContext
-from callgate.server.storage.journal import JOURNAL_DB
+from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.v1 import tool_call_pb2, tool_service_pb2
 from tests.support.calls import invoke, open_session, prepare, run
 from tests.support.server import serve
@@ -110,6 +112,65 @@ async def test_call_invoked_is_committed_before_the_tool_runs(tmp_path: Path) ->
     assert probe.seen == [True]
 
 
+async def test_every_answer_is_committed_before_the_caller_gets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever an answer acknowledges is already in the database when the answer arrives:
+    read from a separate connection while the server is still running. The background writer
+    is switched off, so only the commit before each answer can have put the rows there."""
+
+    async def no_background_writer(self: SqliteJournal) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(SqliteJournal, "run_writer", no_background_writer)
+    state_dir = tmp_path / "state"
+    async with serve(tmp_path) as harness:
+        (harness.workspace / "a.txt").write_text("a\n")
+        stub = harness.stub()
+        session = await open_session(stub)
+        assert [r[2] for r in _rows(state_dir)][-1] == "session.opened"
+        prepared = await prepare(stub, session, "ReadFile", {"path": "a.txt"})
+        assert [(r[2], r[4]) for r in _rows(state_dir)][-1] == (
+            "call.prepared",
+            prepared.execution_id,
+        )
+        fast = await run(stub, session, "ReadFile", {"path": "a.txt"})
+        assert [(r[2], r[4]) for r in _rows(state_dir)][-1] == (
+            "call.finished",
+            fast.call.execution_id,
+        )
+        cancelled = await stub.CancelCall(
+            tool_service_pb2.CancelCallRequest(
+                session_id=session, execution_id=prepared.execution_id
+            )
+        )
+        assert cancelled.call.state == tool_call_pb2.STATE_CANCELLED
+        assert [(r[2], r[4]) for r in _rows(state_dir)][-1] == (
+            "call.finished",
+            prepared.execution_id,
+        )
+        stream = stub.Exchange(
+            iter(
+                [
+                    tool_service_pb2.ExchangeRequest(
+                        id=1,
+                        prepare=tool_service_pb2.PrepareRequest(
+                            session_id=session,
+                            tool_name="ReadFile",
+                            arguments_json='{"path": "a.txt"}',
+                            evaluate=True,
+                        ),
+                    )
+                ]
+            )
+        )
+        (answer,) = [r async for r in stream]
+        assert [(r[2], r[4]) for r in _rows(state_dir)][-1] == (
+            "call.decided",
+            answer.prepare.call.execution_id,
+        )
+
+
 async def test_restart_marks_calls_left_open_as_abandoned(tmp_path: Path) -> None:
     """A call prepared but not finished in one run is journaled as abandoned by the next."""
     async with serve(tmp_path) as harness:
@@ -151,3 +212,52 @@ async def test_restart_abandons_a_call_whose_run_ended_without_a_terminal_event(
     abandoned = [r for r in rows if r[2] == "call.abandoned"]
     assert [r[4] for r in abandoned] == ["call_x"]
     assert json.loads(abandoned[0][5]) == {"previous_run_id": "run_crashed"}
+
+
+async def test_process_lifecycle_is_journaled_without_output_or_pids(tmp_path: Path) -> None:
+    """A background command's start and end are journaled with its opaque ID, the reason and
+    exit code; its output and its PID are not."""
+    # Its output (walrus-5947) appears nowhere in the command, which the journal does hold
+    # (the requirement an approver decided is the command).
+    command = "echo walrus-$((5000+947)); exec sleep 1000.37"
+    rules = [{"effect": "allow", "kind": "command.execute", "match": normalize_command(command)}]
+    async with serve(tmp_path, rules=rules) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        started = await run(stub, session, "Bash", {"command": command, "background": True})
+        process_id = json.loads(started.result.json)["process_id"]
+        stopped = await run(stub, session, "ProcessStop", {"process_id": process_id})
+        assert not stopped.result.is_error, stopped.result.text
+    rows = _rows(tmp_path / "state")
+    process_rows = [
+        (r[2], r[3], r[4], json.loads(r[5])) for r in rows if r[2].startswith("process.")
+    ]
+    assert [r[0] for r in process_rows] == ["process.started", "process.ended"]
+    (_, start_session, start_execution, start), (_, end_session, _, end) = process_rows
+    assert start_session == end_session == session
+    assert start_execution == started.call.execution_id
+    assert start == {"process_id": process_id, "loop_id": start["loop_id"]}
+    assert end["process_id"] == process_id
+    assert end["reason"] == "terminated"
+    # No PID field (nor any other): exactly these keys.
+    assert set(end) == {"process_id", "loop_id", "reason", "exit_code", "duration_seconds"}
+    blob = b"".join(
+        p.read_bytes() for p in (tmp_path / "state").iterdir() if p.name.startswith(JOURNAL_DB)
+    )
+    assert b"walrus-5947" not in blob
+
+
+async def test_start_removes_what_a_previous_runs_sessions_left_behind(tmp_path: Path) -> None:
+    """Sessions do not survive a restart, so their private directories (process output
+    spools) are removed at start; a symlink there is unlinked, never followed."""
+    sessions = tmp_path / "state" / "sessions"
+    spool = sessions / "sess_crashed" / "processes"
+    spool.mkdir(parents=True)
+    (spool / "proc_x.out").write_bytes(b"output of a crashed run")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    (sessions / "link").symlink_to(outside, target_is_directory=True)
+    async with serve(tmp_path):
+        assert list(sessions.iterdir()) == []
+    assert (outside / "keep.txt").read_text() == "keep"
