@@ -170,6 +170,10 @@ class CallgateClient:
         options: list[tuple[str, str | int]] = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # Its own connection: by default grpc shares one between channels with the same
+            # target and options, so a client made after the server restarted would inherit
+            # the old connection's failure and reconnect backoff (UNAVAILABLE for seconds).
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         if max_attempts > 1:
             options += [

@@ -57,6 +57,37 @@ from .runner import CommandSpec, CommandStartError
 log = logging.getLogger(__name__)
 
 BASH = "/bin/bash"
+# The lifeline: bash runs this (through BASH_ENV, so no extra exec) before the command. It
+# starts one watcher process blocked reading the command's lifeline pipe, takes it out of the
+# job table (`wait` and `jobs` in the command never see it; `$!` does until the command
+# starts a job of its own), and closes both fds and BASH_ENV for the command. The server
+# holds the pipe's only write end until the command is over and never writes, so the read
+# returns when the server dies (kill -9 included) or the command has ended; the watcher then
+# kills every process of the sandbox's PID namespace (kill -1 reaches nothing outside it, nor
+# its init), bubblewrap's init exits and the kernel ends the rest.
+# Why: `--die-with-parent` is racy (containers/bubblewrap#633): bubblewrap arms the
+# parent-death signal late in its setup, so a server killed within milliseconds of a spawn
+# left that sandbox running its command with nobody to stop it. A one-time check when the
+# command starts is not enough (measured: the arming can come after the command started).
+# The watcher costs about 0.4 ms per command (one fork). The pipe is per command: a command
+# that writes to its own lifeline (it can reopen it through /proc) only ends itself.
+# Guard: the kill runs only when the shell is PID 2 (the first process after bubblewrap's
+# init in a new PID namespace). On a host PID 2 is a kernel thread, never a shell, so a misuse
+# outside a sandbox does nothing rather than signal every process of the host.
+# Not covered: a server killed between bubblewrap's clone and the end of bubblewrap's own
+# setup leaves the sandbox's init blocked in that setup for good; it never runs the command.
+LIFELINE_SCRIPT = """unset BASH_ENV
+(exec </dev/null >/dev/null 2>&1 {script}<&-
+ read -r _ <&{lifeline}
+ [ "$$" = 2 ] && kill -KILL -1) & disown
+exec {lifeline}<&- {script}<&-
+"""
+
+
+def lifeline_script(lifeline_fd: int, script_fd: int) -> bytes:
+    return LIFELINE_SCRIPT.format(lifeline=lifeline_fd, script=script_fd).encode()
+
+
 # bubblewrap reports its init's PID within milliseconds; this only bounds a broken start.
 INFO_TIMEOUT_SECONDS = 10.0
 RESOLV_CONF = "/etc/resolv.conf"
@@ -187,11 +218,17 @@ class BwrapCommand(LaunchedCommand):
     """A command in a bubblewrap sandbox; its tree is the sandbox's PID namespace."""
 
     def __init__(
-        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+        self,
+        child: Child,
+        output: PipeReceiveStream,
+        stdin: PipeSendStream | None,
+        lifeline: int | None = None,
     ) -> None:
         super().__init__(child, output, stdin)
         self._init_pid: int | None = None
         self._init_fd: int | None = None
+        # The write end of the sandbox's lifeline pipe, held until the command is over.
+        self._lifeline = lifeline
 
     def _attach(self, info: bytes) -> None:
         """Remember the sandbox's init from bubblewrap's `--info-fd` report."""
@@ -246,6 +283,8 @@ class BwrapCommand(LaunchedCommand):
     def _exited(self) -> None:
         proctree.close_fd(self._init_fd)
         self._init_fd = None
+        proctree.close_fd(self._lifeline)
+        self._lifeline = None
 
 
 async def _until_exited(pidfds: list[int], limit: float) -> None:
@@ -274,18 +313,33 @@ class BwrapRunner:
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
         info_read, info_write = os.pipe2(os.O_CLOEXEC)
+        # The lifeline (see LIFELINE_SCRIPT): the sandbox gets the read end; the write end is
+        # close-on-exec, so no child ever holds it, and the kernel closes it if we die. The
+        # script reaches bash through a pipe that bash opens (BASH_ENV=/proc/self/fd/N).
+        lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+        script_read, script_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            # A few hundred bytes: the pipe buffer takes them without blocking.
+            os.write(script_write, lifeline_script(lifeline_read, script_read))
+        finally:
+            os.close(script_write)
         try:
             try:
                 child, output, stdin = await spawn(
                     self.argv(spec, info_fd=info_write),
-                    env=spec.env,
+                    env={**spec.env, "BASH_ENV": f"/proc/self/fd/{script_read}"},
                     cwd="/",
                     stdin=spec.stdin,
-                    pass_fds=(info_write,),
+                    pass_fds=(info_write, lifeline_read, script_read),
                 )
+            except BaseException:
+                os.close(lifeline_write)
+                raise
             finally:
                 os.close(info_write)
-            command = BwrapCommand(child, output, stdin)
+                os.close(lifeline_read)
+                os.close(script_read)
+            command = BwrapCommand(child, output, stdin, lifeline_write)
             try:
                 with anyio.fail_after(INFO_TIMEOUT_SECONDS):
                     info = await _read_to_end(info_read)
