@@ -34,7 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient
 from callgate.client.models import ToolCall
-from callgate.server.sandbox.bwrap import BwrapRunner
+from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_script
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.tools.bash import CommandSettings, command_env
@@ -164,25 +164,42 @@ def bare_argv(root: Path, bwrap: str) -> list[str]:
     return BwrapRunner(bwrap).argv(spec)
 
 
-async def spawn_bare(argv: list[str], env: dict[str, str]) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    await process.communicate()
+async def spawn_bare(argv: list[str], env: dict[str, str], lifeline: bool = False) -> None:
+    """Run bwrap once; with `lifeline`, as the runner does (BASH_ENV script, watcher fork)."""
+    pass_fds: tuple[int, ...] = ()
+    held: list[int] = []
+    if lifeline:
+        lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+        script_read, script_write = os.pipe2(os.O_CLOEXEC)
+        os.write(script_write, lifeline_script(lifeline_read, script_read))
+        os.close(script_write)
+        env = {**env, "BASH_ENV": f"/proc/self/fd/{script_read}"}
+        pass_fds = (lifeline_read, script_read)
+        held = [lifeline_read, script_read, lifeline_write]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
+        await process.communicate()
+    finally:
+        for fd in held:
+            os.close(fd)
     if process.returncode != 0:
         raise BenchmarkError(f"bare bwrap exited with {process.returncode}")
 
 
 async def measure_latency(
     target: str, token: str, argv: list[str], iterations: int, warmup: int
-) -> tuple[Series, Series]:
+) -> tuple[Series, Series, Series]:
     bare = Series("(s) spawn `bwrap <same argv> bash -c true` and wait, same asyncio loop")
     e2e = Series('(b) `session.run("Bash", {"command": "true"})`, sandboxed, end to end')
+    with_lifeline = Series("(l) diagnostic: (s) with the sandbox lifeline (BASH_ENV, watcher)")
     env = {"PATH": "/usr/bin:/bin"}
     async with (
         CallgateClient(target, token=token) as client,
@@ -194,12 +211,15 @@ async def measure_latency(
             middle = time.perf_counter_ns()
             result = await asyncio.wait_for(session.run("Bash", {"command": "true"}), CALL_TIMEOUT)
             end = time.perf_counter_ns()
+            await asyncio.wait_for(spawn_bare(argv, env, lifeline=True), CALL_TIMEOUT)
+            last = time.perf_counter_ns()
             if result.is_error or result.exit_code != 0:
                 raise BenchmarkError(f"Bash `true` failed: {result.text[:200]!r}")
             if index >= warmup:
                 bare.samples_ns.append(middle - start)
                 e2e.samples_ns.append(end - middle)
-    return bare, e2e
+                with_lifeline.samples_ns.append(last - end)
+    return bare, e2e, with_lifeline
 
 
 async def measure_stream(target: str, token: str, runs: int) -> list[float]:
@@ -241,14 +261,16 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     async with AsyncExitStack() as stack:
         target, token = await stack.enter_async_context(callgate_server(root))
         argv = bare_argv(root, status.bwrap_path)
-        bare, e2e = await measure_latency(target, token, argv, args.iterations, args.warmup)
+        bare, e2e, with_lifeline = await measure_latency(
+            target, token, argv, args.iterations, args.warmup
+        )
         rates = await measure_stream(target, token, args.stream_runs)
     overhead = e2e.p50_ms() - bare.p50_ms()
     best = max(rates)
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
     print("| case | p50 ms | p99 ms |")
     print("|---|---:|---:|")
-    for series in (bare, e2e):
+    for series in (bare, e2e, with_lifeline):
         print(f"| {series.label} | {series.p50_ms():.2f} | {series.p99_ms():.2f} |")
     print()
     print("| measure | value | target | result |")
@@ -258,6 +280,11 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     print(
         f"| (b) minus (s) at p50 | {overhead:.2f} ms | ≤ {TARGET_OVERHEAD_MS:g} ms "
         f"| {verdict(overhead_ok)} |"
+    )
+    lifeline_ms = with_lifeline.p50_ms() - bare.p50_ms()
+    print(
+        f"| diagnostic: the lifeline's share of (b) minus (s), (l) minus (s) at p50 "
+        f"| {lifeline_ms:.2f} ms | — | — |"
     )
     runs = ", ".join(f"{rate:.0f}" for rate in rates)
     print(

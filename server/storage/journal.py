@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 JOURNAL_DB = "journal.db"
 _RETRY_SECONDS = 1.0
+_INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _UNACKNOWLEDGED = (
     "The audit journal could not record this request's outcome; retry it (with the same "
     "request_id) once the journal is available."
@@ -89,7 +90,8 @@ class SqliteJournal:
         self.synchronous = synchronous
         self.run_id = "run_" + uuid.uuid4().hex
         self._connection: sqlite3.Connection | None = None
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended commit does not yield to the event loop first.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._pending: list[Event] = []
         self._next_seq = 0
         self._committed_seq = 0
@@ -186,11 +188,13 @@ class SqliteJournal:
     def _write(self, batch: Sequence[Event]) -> None:
         connection = self._connection
         assert connection is not None
+        if len(batch) == 1:
+            # One statement in autocommit mode is its own transaction: the cheapest commit.
+            connection.execute(_INSERT, batch[0].row())
+            return
         with connection:
             connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [e.row() for e in batch]
-            )
+            connection.executemany(_INSERT, [e.row() for e in batch])
 
     async def commit(self) -> None:
         """Commit everything recorded so far before an RPC answers; raises

@@ -91,3 +91,19 @@ async def test_the_watchers_kill_is_refused_unless_it_is_pid_2(
     async with started(runner, layout.spec(command)) as running:
         code, out = await finish(running)
     assert (code, out) == (0, b"still alive\n")
+
+
+async def test_a_server_that_is_pid_1_needs_no_lifeline(layout: Layout) -> None:
+    """The default follows whether this process is PID 1 of its namespace (then the kernel
+    ends every sandbox with it); off, the command runs with nothing added."""
+    path = bwrap_path()
+    assert path is not None
+    assert BwrapRunner(path).lifeline is (os.getpid() != 1)
+    plain = BwrapRunner(path, lifeline=False)
+    command = 'echo "env=${BASH_ENV-unset}"; ls /proc | grep -c "^[0-9]"'
+    async with started(plain, layout.spec(command)) as running:
+        assert isinstance(running, BwrapCommand)
+        assert running._lifeline is None
+        code, out = await finish(running)
+    # bubblewrap's init, bash, and the pipeline's two processes: no watcher.
+    assert (code, out) == (0, b"env=unset\n4\n")
