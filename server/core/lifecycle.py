@@ -798,6 +798,30 @@ class Lifecycle:
             principal=owner,
             data=data,
         )
+        # One log line per end, and per decision that is a denial or a human's, with the IDs
+        # and no arguments or output (approvals by policy are in the journal).
+        routine = (
+            kind == "call.decided"
+            and state is State.APPROVED
+            and (data.get("decided_by") == "policy")
+        )
+        if not routine and log.isEnabledFor(logging.INFO):
+            log.info(
+                "call decided" if kind == "call.decided" else "call finished",
+                extra={
+                    "session_id": record.session_id,
+                    "execution_id": record.execution_id,
+                    "detail": " ".join(
+                        str(v)
+                        for v in (
+                            record.tool_name,
+                            state.value,
+                            data.get("decided_by") or data.get("error_code") or "",
+                        )
+                        if v
+                    ),
+                },
+            )
 
     def _context(
         self,
