@@ -199,7 +199,11 @@ def _failure_of(error: grpc.aio.AioRpcError) -> _Failure:
 
     if code is grpc.StatusCode.UNAVAILABLE:
         return lambda: StreamBroken(typed())
-    if code is grpc.StatusCode.INTERNAL and not _from_callgate(error):
+    if (
+        code is grpc.StatusCode.INTERNAL
+        and not _from_callgate(error)
+        and not (error.details() or "").startswith("Exception deserializing")
+    ):
         # gRPC's own failure (e.g. "Internal error from Core" when a stream is opened on a
         # connection the server is closing), not a server verdict: the outcome is unknown.
         return lambda: StreamBroken(

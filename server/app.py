@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import logging
 import os
@@ -190,6 +191,21 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
         return response
 
 
+def _lock_state_dir(state_dir: Path) -> int:
+    """Hold `<state_dir>/lock` exclusively for as long as this server lives: two servers on
+    one state directory would share the journal's sequence, abandon each other's calls and
+    remove each other's session files."""
+    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"config key state_dir: {state_dir} is in use by another callgate server"
+        ) from None
+    return fd
+
+
 class App:
     """Everything one server process runs, built from one configuration."""
 
@@ -201,6 +217,7 @@ class App:
         if not self.workspace.is_dir():
             raise ConfigError(f"config key workspace: {self.workspace} is not a directory")
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock_fd: int | None = _lock_state_dir(self.state_dir)
         self.authenticator: TokenAuthenticator
         self.authenticator, self.token_dir = load_authenticator(config, self.state_dir)
         self.sandbox = detect_sandbox(config.sandbox)
@@ -417,6 +434,7 @@ class App:
                 await self._drain(server, health_servicer)
                 if metrics_server is not None:
                     await anyio.to_thread.run_sync(metrics_server.stop)
+                self.release()
 
     async def _drain(
         self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer
@@ -446,6 +464,16 @@ class App:
             await self.lifecycle.close_all()
         await self.journal.aclose()
         log.info("stopped")
+
+    def release(self) -> None:
+        """Give up the state directory (idempotent; also when the server never ran)."""
+        fd = getattr(self, "_lock_fd", None)  # None too if __init__ failed before the lock
+        self._lock_fd = None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
 
     def _sweep_session_dirs(self) -> None:
         """Sessions do not survive a restart: remove what a previous run's sessions left in

@@ -241,15 +241,25 @@ def _since(text: str) -> datetime:
     """`--since`/`--until`: an ISO 8601 time (UTC when it has no offset) or an age such as
     `90s`, `15m`, `2h`, `7d` (that long before now)."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if text[-1:] in units and text[:-1].isdigit() and len(text) <= 12:
-        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
     try:
+        if text[-1:] in units and text[:-1].isdigit() and len(text) <= 12:
+            return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
         value = datetime.fromisoformat(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"{text!r} is neither an ISO 8601 time nor an age such as 15m, 2h or 7d"
         ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -484,7 +494,10 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     audit.add_argument("--since", type=_since, help="ISO 8601 time or an age: 90s, 15m, 2h, 7d")
     audit.add_argument("--until", type=_since, help="ISO 8601 time or an age: 90s, 15m, 2h, 7d")
     audit.add_argument(
-        "--limit", type=int, default=0, help="print at most this many events (default: all)"
+        "--limit",
+        type=_count,
+        default=0,
+        help="print at most this many events (default 0: all)",
     )
     audit.add_argument(
         "--follow", "-f", action="store_true", help="keep printing events as they are committed"

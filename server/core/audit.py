@@ -30,6 +30,7 @@ WATCH_COALESCE_SECONDS: Final = 0.05
 _ID_MAX: Final = 128
 _KIND = re.compile(r"[a-z][a-z_]*(\.[a-z][a-z_]*)*\.?")
 _PAGE_PREFIX: Final = "after:"
+_MAX_SEQ: Final = 2**63 - 1  # SQLite's INTEGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,12 @@ def decode_page_token(token: str) -> int:
     except (binascii.Error, UnicodeError, ValueError):
         text = ""
     number = text.removeprefix(_PAGE_PREFIX)
-    if not text.startswith(_PAGE_PREFIX) or not number.isdigit() or len(number) > 19:
+    if (
+        not text.startswith(_PAGE_PREFIX)
+        or not number.isdigit()
+        or len(number) > 19
+        or int(number) > _MAX_SEQ
+    ):
         raise request_invalid("page_token", "pass the next_page_token of the previous page")
     return int(number)
 

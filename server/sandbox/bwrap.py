@@ -258,6 +258,7 @@ class BwrapCommand(LaunchedCommand):
 
     async def terminate_tree(self, grace: float) -> None:
         if self._child.returncode is not None:
+            self._exited()  # over (maybe nobody waited): release what signalling needed
             return
         # The kernel ends the rest of a PID namespace asynchronously once its init is gone, so
         # "gone" is confirmed per process: pidfds of the tree taken before signalling.
@@ -279,6 +280,11 @@ class BwrapCommand(LaunchedCommand):
         finally:
             for fd in members:
                 proctree.close_fd(fd)
+
+    async def aclose(self) -> None:
+        if self._child.returncode is not None:
+            self._exited()
+        await super().aclose()
 
     def _exited(self) -> None:
         proctree.close_fd(self._init_fd)
@@ -316,36 +322,43 @@ class BwrapRunner:
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
-        info_read, info_write = os.pipe2(os.O_CLOEXEC)
         # The lifeline (see LIFELINE_SCRIPT): the sandbox gets the read end; the write end is
         # close-on-exec, so no child ever holds it, and the kernel closes it if we die. The
         # script reaches bash through a pipe that bash opens (BASH_ENV=/proc/self/fd/N).
-        env, pass_fds, lifeline_write = dict(spec.env), [info_write], None
-        if self.lifeline:
-            lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
-            script_read, script_write = os.pipe2(os.O_CLOEXEC)
-            try:
-                # A few hundred bytes: the pipe buffer takes them without blocking.
-                os.write(script_write, lifeline_script(lifeline_read, script_read))
-            finally:
-                os.close(script_write)
-            env["BASH_ENV"] = f"/proc/self/fd/{script_read}"
-            pass_fds += [lifeline_read, script_read]
+        env = dict(spec.env)
+        passed: list[int] = []  # ours to close once the child has them (or on failure)
+        info_read: int | None = None
+        lifeline_write: int | None = None
         try:
-            try:
-                child, output, stdin = await spawn(
-                    self.argv(spec, info_fd=info_write),
-                    env=env,
-                    cwd="/",
-                    stdin=spec.stdin,
-                    pass_fds=pass_fds,
-                )
-            except BaseException:
-                proctree.close_fd(lifeline_write)
-                raise
-            finally:
-                for fd in pass_fds:
-                    os.close(fd)
+            info_read, info_write = os.pipe2(os.O_CLOEXEC)
+            passed.append(info_write)
+            if self.lifeline:
+                lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+                passed.append(lifeline_read)
+                script_read, script_write = os.pipe2(os.O_CLOEXEC)
+                passed.append(script_read)
+                try:
+                    # A few hundred bytes: the pipe buffer takes them without blocking.
+                    os.write(script_write, lifeline_script(lifeline_read, script_read))
+                finally:
+                    os.close(script_write)
+                env["BASH_ENV"] = f"/proc/self/fd/{script_read}"
+            child, output, stdin = await spawn(
+                self.argv(spec, info_fd=info_write),
+                env=env,
+                cwd="/",
+                stdin=spec.stdin,
+                pass_fds=passed,
+            )
+        except BaseException:
+            proctree.close_fd(info_read)
+            proctree.close_fd(lifeline_write)
+            raise
+        finally:
+            for fd in passed:
+                os.close(fd)
+        assert info_read is not None
+        try:
             command = BwrapCommand(child, output, stdin, lifeline_write)
             try:
                 with anyio.fail_after(INFO_TIMEOUT_SECONDS):

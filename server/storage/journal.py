@@ -30,7 +30,7 @@ from pathlib import Path
 
 import anyio
 
-from callgate.server.core.errors import Unavailable
+from callgate.server.core.errors import CallgateError, ErrorCode, Unavailable
 from callgate.server.core.journal import Event, EventQuery, JsonValue
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,6 @@ log = logging.getLogger(__name__)
 JOURNAL_DB = "journal.db"
 _RETRY_SECONDS = 1.0
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_UNACKNOWLEDGED = (
-    "The audit journal could not record this request's outcome; retry it (with the same "
-    "request_id) once the journal is available."
-)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -73,6 +69,21 @@ ORDER BY e.seq
 """
 
 
+class JournalUnacknowledged(CallgateError):
+    """The request took effect but its records could not be committed before the answer.
+    Not UNAVAILABLE on purpose: clients retry that automatically, and a retry would repeat
+    the effect (or fail against the call's new state)."""
+
+    code = ErrorCode.INTERNAL
+
+    def __init__(self) -> None:
+        super().__init__(
+            "JOURNAL_UNACKNOWLEDGED",
+            "The request took effect but the audit journal could not record it; look the call "
+            "up with GetCall before repeating anything.",
+        )
+
+
 class JournalUnavailable(Unavailable):
     """The journal could not commit a record that must be durable before an effect."""
 
@@ -98,6 +109,11 @@ class SqliteJournal:
         self._wake = anyio.Event()
         self._committed = anyio.Event()
         self._closed = False
+        # The last seq a write committed (set by the write itself, in whichever thread).
+        self._written_through = 0
+        # Failed writes so far: waiters compare it to learn that their commit failed.
+        self._failures = 0
+        self._writer_running = False
 
     # ------------------------------------------------------------------ recording
 
@@ -129,14 +145,32 @@ class SqliteJournal:
         if self._connection is None:
             raise JournalUnavailable()
         seq = self._append(kind, session_id, execution_id, principal, data)
-        async with self._lock:
-            if self._committed_seq >= seq:
+        try:
+            await self._commit_through(seq)
+        except Exception:
+            log.exception("the audit journal could not commit a durable record")
+            raise JournalUnavailable() from None
+
+    async def _commit_through(self, seq: int) -> None:
+        """Return once every event up to `seq` is committed; raise if the write fails.
+
+        With "normal" the caller writes inline (no await inside the write, so a cancelled
+        caller cannot interrupt one). With "full" the write runs in a thread, and only the
+        writer task writes: an RPC task cancelled by gRPC while a thread writes would
+        otherwise put the batch back (written twice) and free the connection mid-write.
+        """
+        while self._committed_seq < seq:
+            if self.synchronous == "normal" or not self._writer_running:
+                async with self._lock:
+                    if self._committed_seq < seq:
+                        await self._flush_locked()
                 return
-            try:
-                await self._flush_locked()
-            except Exception:
-                log.exception("the audit journal could not commit a durable record")
-                raise JournalUnavailable() from None
+            failures = self._failures
+            changed = self._committed
+            self._wake.set()
+            await changed.wait()
+            if self._committed_seq < seq and self._failures != failures:
+                raise JournalUnavailable()
 
     def _append(
         self,
@@ -173,12 +207,27 @@ class SqliteJournal:
                 # hand-off (measured), and every Invoke pays for this write.
                 self._write(batch)
             else:
+                # Only the writer task gets here while it runs (see _commit_through).
                 await anyio.to_thread.run_sync(self._write, batch)
-        except BaseException:
+        except BaseException as exc:
+            if self._written_through >= batch[-1].seq:
+                # Written after all (the caller was cancelled once the thread had finished):
+                # putting it back would write it twice.
+                self._mark_committed(batch[-1].seq)
+                raise
             # Keep them, in order, ahead of anything recorded since (gap-free).
             self._pending = batch + self._pending
+            if isinstance(exc, Exception):
+                self._failures += 1
+                self._notify()  # waiters for a commit learn that it failed
             raise
-        self._committed_seq = batch[-1].seq
+        self._mark_committed(batch[-1].seq)
+
+    def _mark_committed(self, seq: int) -> None:
+        self._committed_seq = seq
+        self._notify()
+
+    def _notify(self) -> None:
         self._committed.set()
         self._committed = anyio.Event()
 
@@ -191,10 +240,11 @@ class SqliteJournal:
         if len(batch) == 1:
             # One statement in autocommit mode is its own transaction: the cheapest commit.
             connection.execute(_INSERT, batch[0].row())
-            return
-        with connection:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(_INSERT, [e.row() for e in batch])
+        else:
+            with connection:
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany(_INSERT, [e.row() for e in batch])
+        self._written_through = batch[-1].seq
 
     async def commit(self) -> None:
         """Commit everything recorded so far before an RPC answers; raises
@@ -202,12 +252,12 @@ class SqliteJournal:
         if self._committed_seq >= self._next_seq:
             return
         if self._connection is None:
-            raise JournalUnavailable(_UNACKNOWLEDGED)
+            raise JournalUnacknowledged()
         try:
-            await self.flush()
+            await self._commit_through(self._next_seq)
         except Exception:
             log.exception("the audit journal could not commit before an answer")
-            raise JournalUnavailable(_UNACKNOWLEDGED) from None
+            raise JournalUnacknowledged() from None
 
     async def flush(self) -> None:
         """Commit everything recorded so far."""
@@ -245,21 +295,26 @@ class SqliteJournal:
             connection.close()
             raise
         self._connection = connection
-        self._next_seq = self._committed_seq = int(last)
+        self._next_seq = self._committed_seq = self._written_through = int(last)
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def run_writer(self) -> None:
         """The writer task: commit pending events soon after they are recorded. Runs until
         cancelled (in the app's task group); `aclose` commits what is left."""
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("the audit journal could not commit; retrying")
-                await anyio.sleep(_RETRY_SECONDS)
-                self._wake.set()
+        self._writer_running = True
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                try:
+                    await self.flush()
+                except Exception:
+                    log.exception("the audit journal could not commit; retrying")
+                    await anyio.sleep(_RETRY_SECONDS)
+                    self._wake.set()
+        finally:
+            self._writer_running = False
+            self._notify()  # waiters commit for themselves from now on
 
     async def aclose(self) -> None:
         """Commit what is pending and close the database."""
@@ -278,9 +333,15 @@ class SqliteJournal:
     # ------------------------------------------------------------------ reading
 
     async def events(self, query: EventQuery) -> list[Event]:
-        """Committed and pending events matching `query`, oldest first."""
-        await self.flush()
-        return await anyio.to_thread.run_sync(self._select, query)
+        """Committed events matching `query`, oldest first (every answered request's are
+        committed). Reading never writes; a database that cannot be read is UNAVAILABLE."""
+        try:
+            return await anyio.to_thread.run_sync(self._select, query)
+        except sqlite3.Error:
+            log.exception("the audit journal could not be read")
+            raise Unavailable(
+                "JOURNAL_UNAVAILABLE", "The audit journal cannot be read now; try again later."
+            ) from None
 
     def _select(self, query: EventQuery) -> list[Event]:
         clauses = ["seq > ?"]

@@ -178,3 +178,24 @@ def test_audit_prints_the_journal_filters_and_follows(server_dir: Path) -> None:
     finally:
         follower.terminate()
         follower.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("--since", "800000d"),
+        ("--since", "99999999999d"),
+        ("--until", "not-a-time"),
+        ("--limit", "-1"),
+        ("--limit", "many"),
+    ],
+)
+def test_audit_refuses_bad_options_with_a_usage_error(
+    tmp_path: Path, arguments: tuple[str, str]
+) -> None:
+    """Bad option values are usage errors (exit 2, one line naming the option), never a
+    traceback; nothing is contacted."""
+    done = _cli("audit", *arguments, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"argument {arguments[0]}" in done.stderr

@@ -5,18 +5,24 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import grpc
 import pytest
 
+from callgate.server.app import App
+from callgate.server.config import ConfigError
 from callgate.server.core.commands import normalize_command
+from callgate.server.core.journal import Event
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import Prepared, Tool, ToolContext
 from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.v1 import tool_call_pb2, tool_service_pb2
 from tests.support.calls import invoke, open_session, prepare, run
 from tests.support.server import serve
+from tests.support.status import failure
 from tests.support.tools import NoArguments, NoArtifact
 
 pytestmark = pytest.mark.anyio
@@ -261,3 +267,51 @@ async def test_start_removes_what_a_previous_runs_sessions_left_behind(tmp_path:
     async with serve(tmp_path):
         assert list(sessions.iterdir()) == []
     assert (outside / "keep.txt").read_text() == "keep"
+
+
+async def test_a_second_server_on_the_same_state_directory_is_refused(tmp_path: Path) -> None:
+    """One server per state directory: a second one would share the journal's sequence and
+    abandon the first one's calls. It is refused with the key named, and the first is fine."""
+    async with serve(tmp_path) as harness:
+        config = harness.app.config
+        with pytest.raises(ConfigError, match=r"state_dir: .* in use by another callgate server"):
+            App(config)
+        session = await open_session(harness.stub())
+        assert session
+    App(config).release()  # free again once the first has stopped
+
+
+async def test_an_answer_whose_record_cannot_be_committed_is_not_retried_blindly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read happened, but its `call.finished` cannot be committed before the answer: the
+    answer is INTERNAL / JOURNAL_UNACKNOWLEDGED (clients retry UNAVAILABLE automatically,
+    which would repeat the effect), and the record is written once the journal works again."""
+    original = SqliteJournal._write
+
+    def failing_finish(self: SqliteJournal, batch: Sequence[Event]) -> None:
+        if any(e.kind == "call.finished" for e in batch):
+            raise sqlite3.OperationalError("disk I/O error")
+        original(self, batch)
+
+    async def no_background_writer(self: SqliteJournal) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(SqliteJournal, "run_writer", no_background_writer)
+    async with serve(tmp_path) as harness:
+        (harness.workspace / "a.txt").write_text("a\n")
+        stub = harness.stub()
+        session = await open_session(stub)
+        call = await prepare(stub, session, "ReadFile", {"path": "a.txt"}, evaluate=True)
+        monkeypatch.setattr(SqliteJournal, "_write", failing_finish)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await invoke(stub, session, call.execution_id)
+        monkeypatch.setattr(SqliteJournal, "_write", original)
+        got = failure(caught.value)
+        assert (got.code, got.reason) == (grpc.StatusCode.INTERNAL, "JOURNAL_UNACKNOWLEDGED")
+        fetched = await stub.GetCall(
+            tool_service_pb2.GetCallRequest(session_id=session, execution_id=call.execution_id)
+        )
+        assert fetched.call.state == tool_call_pb2.STATE_SUCCEEDED
+    kinds = [r[2] for r in _rows(tmp_path / "state") if r[4] == call.execution_id]
+    assert kinds == ["call.prepared", "call.decided", "call.invoked", "call.finished"]

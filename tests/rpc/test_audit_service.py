@@ -106,6 +106,8 @@ async def test_list_events_filters_and_pages_through_everything_once_in_order(
         (pb.ListEventsRequest(page_size=1001), "page_size"),
         (pb.ListEventsRequest(page_token="not-a-token"), "page_token"),
         (pb.ListEventsRequest(page_token="YWZ0ZXI6LTE="), "page_token"),  # "after:-1"
+        # "after:9223372036854775808": beyond SQLite's integers
+        (pb.ListEventsRequest(page_token="YWZ0ZXI6OTIyMzM3MjAzNjg1NDc3NTgwOA=="), "page_token"),
         (pb.ListEventsRequest(filter=pb.EventFilter(kind="Call.*")), "filter.kind"),
         (pb.ListEventsRequest(filter=pb.EventFilter(kind="x" * 65)), "filter.kind"),
         (pb.ListEventsRequest(filter=pb.EventFilter(session_id="s" * 129)), "filter.session_id"),
