@@ -37,7 +37,7 @@ from callgate.server.rpc.approval_service import ApprovalServicer
 from callgate.server.rpc.audit_service import AuditServicer
 from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.tool_service import ToolServicer
-from callgate.server.sandbox.bwrap import BwrapRunner
+from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_works
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
@@ -126,7 +126,17 @@ def build_runner(sandbox: SandboxStatus) -> CommandRunner:
     """bubblewrap when the startup self-test passed, else unconfined (already warned about).
     The mode is in the startup log, in every Session and in health-check trailers."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
-        return BwrapRunner(sandbox.bwrap_path)
+        runner = BwrapRunner(sandbox.bwrap_path)
+        if runner.lifeline and not lifeline_works(sandbox.bwrap_path):
+            runner.lifeline = False
+            log.warning(
+                "the sandbox lifeline does not work here",
+                extra={
+                    "detail": "a kill -9 of the server within milliseconds of a spawn can "
+                    "leave that command running (bubblewrap's --die-with-parent race)"
+                },
+            )
+        return runner
     return UnconfinedRunner()
 
 

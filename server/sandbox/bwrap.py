@@ -42,6 +42,8 @@ import logging
 import os
 import signal
 import stat
+import subprocess
+import time
 from dataclasses import dataclass
 
 import anyio
@@ -82,6 +84,45 @@ LIFELINE_SCRIPT = """unset BASH_ENV
  [ "$$" = 2 ] && kill -KILL -1) & disown
 exec {lifeline}<&- {script}<&-
 """
+
+
+def lifeline_works(bwrap: str) -> bool:
+    """Startup self-test: a sandboxed `sleep` whose lifeline is cut at once must be killed.
+    It is not where bash is not PID 2 of the sandbox (bubblewrap installed setuid runs a
+    helper there first): then the guard keeps the watcher from killing anything."""
+    lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+    script_read, script_write = os.pipe2(os.O_CLOEXEC)
+    try:
+        os.write(script_write, lifeline_script(lifeline_read, script_read))
+        os.close(script_write)
+        script_write = -1
+        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--unshare-pid", "--die-with-parent", "--new-session"]
+        argv += ["--", BASH, "-c", "sleep 2"]
+        process = subprocess.Popen(  # a fixed, harmless command in a PID namespace
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin", "BASH_ENV": f"/proc/self/fd/{script_read}"},
+            pass_fds=(lifeline_read, script_read),
+        )
+        os.close(lifeline_write)  # as if the server had died
+        lifeline_write = -1
+        started = time.monotonic()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return False
+        return process.returncode != 0 and time.monotonic() - started < 1.5
+    except OSError:
+        return False
+    finally:
+        for fd in (lifeline_read, lifeline_write, script_read, script_write):
+            if fd >= 0:
+                proctree.close_fd(fd)
 
 
 def lifeline_script(lifeline_fd: int, script_fd: int) -> bytes:

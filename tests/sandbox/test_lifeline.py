@@ -6,6 +6,7 @@ Everything here runs inside bubblewrap with its own PID namespace."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 from pathlib import Path
@@ -13,7 +14,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from callgate.server.sandbox.bwrap import BwrapCommand, BwrapRunner, lifeline_script
+from callgate.server.app import build_runner
+from callgate.server.core.models import SandboxMode
+from callgate.server.sandbox import bwrap as bwrap_module
+from callgate.server.sandbox.bwrap import (
+    LIFELINE_SCRIPT,
+    BwrapCommand,
+    BwrapRunner,
+    lifeline_script,
+    lifeline_works,
+)
+from callgate.server.sandbox.probe import SandboxStatus
 from tests.sandbox.helpers import BOUND, Layout, finish, make_layout, read_until, started
 from tests.support.sandbox import bwrap_only, bwrap_path, processes_running, sleep_marker
 
@@ -107,3 +118,23 @@ async def test_a_server_that_is_pid_1_needs_no_lifeline(layout: Layout) -> None:
         code, out = await finish(running)
     # bubblewrap's init, bash, and the pipeline's two processes: no watcher.
     assert (code, out) == (0, b"env=unset\n4\n")
+
+
+def test_the_startup_self_test_finds_whether_the_lifeline_works(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It works here; where the watcher cannot fire (simulated: a guard no shell passes, as
+    when a setuid bubblewrap's helper takes PID 2) the server turns it off and says so."""
+    path = bwrap_path()
+    assert path is not None
+    assert lifeline_works(path)
+    monkeypatch.setattr(
+        bwrap_module, "LIFELINE_SCRIPT", LIFELINE_SCRIPT.replace('"$$" = 2', '"$$" = 0')
+    )
+    assert not lifeline_works(path)
+    status = SandboxStatus(SandboxMode.BWRAP, path, "")
+    with caplog.at_level(logging.WARNING):
+        runner = build_runner(status)
+    assert isinstance(runner, BwrapRunner)
+    assert runner.lifeline is False
+    assert "the sandbox lifeline does not work here" in caplog.text
