@@ -34,7 +34,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient
 from callgate.client.models import ToolCall
-from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_script
+from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.tools.bash import CommandSettings, command_env
@@ -169,13 +169,10 @@ async def spawn_bare(argv: list[str], env: dict[str, str], lifeline: bool = Fals
     pass_fds: tuple[int, ...] = ()
     held: list[int] = []
     if lifeline:
-        lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
-        script_read, script_write = os.pipe2(os.O_CLOEXEC)
-        os.write(script_write, lifeline_script(lifeline_read, script_read))
-        os.close(script_write)
-        env = {**env, "BASH_ENV": f"/proc/self/fd/{script_read}"}
-        pass_fds = (lifeline_read, script_read)
-        held = [lifeline_read, script_read, lifeline_write]
+        line = Lifeline.open()
+        env = {**env, **line.env}
+        pass_fds = line.passed
+        held = [*line.passed, line.write]
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,

@@ -86,16 +86,47 @@ exec {lifeline}<&- {script}<&-
 """
 
 
+@dataclass(slots=True)
+class Lifeline:
+    """One command's lifeline (see LIFELINE_SCRIPT): `write` is the server's end (close-on-exec,
+    so no child ever holds it; the kernel closes it if the server dies); `passed` are the fds
+    the sandbox gets (the read end, and the pipe holding the script), closed by the caller
+    once the child has them; `env` makes bash run the script."""
+
+    write: int
+    passed: tuple[int, int]
+
+    @classmethod
+    def open(cls) -> Lifeline:
+        opened: list[int] = []
+        try:
+            lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
+            opened += [lifeline_read, lifeline_write]
+            script_read, script_write = os.pipe2(os.O_CLOEXEC)
+            opened += [script_read, script_write]
+            # A few hundred bytes: the pipe buffer takes them without blocking.
+            os.write(script_write, lifeline_script(lifeline_read, script_read))
+            os.close(opened.pop())
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+        return cls(lifeline_write, (lifeline_read, script_read))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"BASH_ENV": f"/proc/self/fd/{self.passed[1]}"}
+
+
 def lifeline_works(bwrap: str) -> bool:
     """Startup self-test: a sandboxed `sleep` whose lifeline is cut at once must be killed.
     It is not where bash is not PID 2 of the sandbox (bubblewrap installed setuid runs a
     helper there first): then the guard keeps the watcher from killing anything."""
-    lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
-    script_read, script_write = os.pipe2(os.O_CLOEXEC)
     try:
-        os.write(script_write, lifeline_script(lifeline_read, script_read))
-        os.close(script_write)
-        script_write = -1
+        lifeline = Lifeline.open()
+    except OSError:
+        return False
+    try:
         argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         argv += ["--unshare-pid", "--die-with-parent", "--new-session"]
         argv += ["--", BASH, "-c", "sleep 2"]
@@ -104,25 +135,22 @@ def lifeline_works(bwrap: str) -> bool:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={"PATH": "/usr/bin:/bin", "BASH_ENV": f"/proc/self/fd/{script_read}"},
-            pass_fds=(lifeline_read, script_read),
+            env={"PATH": "/usr/bin:/bin", **lifeline.env},
+            pass_fds=lifeline.passed,
         )
-        os.close(lifeline_write)  # as if the server had died
-        lifeline_write = -1
-        started = time.monotonic()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            return False
-        return process.returncode != 0 and time.monotonic() - started < 1.5
     except OSError:
         return False
     finally:
-        for fd in (lifeline_read, lifeline_write, script_read, script_write):
-            if fd >= 0:
-                proctree.close_fd(fd)
+        for fd in (*lifeline.passed, lifeline.write):  # cut: as if the server had died
+            os.close(fd)
+    started = time.monotonic()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return False
+    return process.returncode != 0 and time.monotonic() - started < 1.5
 
 
 def lifeline_script(lifeline_fd: int, script_fd: int) -> bytes:
@@ -363,27 +391,18 @@ class BwrapRunner:
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
-        # The lifeline (see LIFELINE_SCRIPT): the sandbox gets the read end; the write end is
-        # close-on-exec, so no child ever holds it, and the kernel closes it if we die. The
-        # script reaches bash through a pipe that bash opens (BASH_ENV=/proc/self/fd/N).
+        # The lifeline: see LIFELINE_SCRIPT and Lifeline.
         env = dict(spec.env)
         passed: list[int] = []  # ours to close once the child has them (or on failure)
         info_read: int | None = None
-        lifeline_write: int | None = None
+        lifeline: Lifeline | None = None
         try:
             info_read, info_write = os.pipe2(os.O_CLOEXEC)
             passed.append(info_write)
             if self.lifeline:
-                lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
-                passed.append(lifeline_read)
-                script_read, script_write = os.pipe2(os.O_CLOEXEC)
-                passed.append(script_read)
-                try:
-                    # A few hundred bytes: the pipe buffer takes them without blocking.
-                    os.write(script_write, lifeline_script(lifeline_read, script_read))
-                finally:
-                    os.close(script_write)
-                env["BASH_ENV"] = f"/proc/self/fd/{script_read}"
+                lifeline = Lifeline.open()
+                passed += lifeline.passed
+                env.update(lifeline.env)
             child, output, stdin = await spawn(
                 self.argv(spec, info_fd=info_write),
                 env=env,
@@ -393,14 +412,16 @@ class BwrapRunner:
             )
         except BaseException:
             proctree.close_fd(info_read)
-            proctree.close_fd(lifeline_write)
+            proctree.close_fd(lifeline.write if lifeline is not None else None)
             raise
         finally:
             for fd in passed:
                 os.close(fd)
         assert info_read is not None
         try:
-            command = BwrapCommand(child, output, stdin, lifeline_write)
+            command = BwrapCommand(
+                child, output, stdin, lifeline.write if lifeline is not None else None
+            )
             try:
                 with anyio.fail_after(INFO_TIMEOUT_SECONDS):
                     info = await _read_to_end(info_read)
