@@ -87,8 +87,10 @@ class JournalUnacknowledged(CallgateError):
 class JournalUnavailable(Unavailable):
     """The journal could not commit a record that must be durable before an effect."""
 
-    def __init__(self, message: str = "The audit journal is unavailable; nothing was run.") -> None:
-        super().__init__("JOURNAL_UNAVAILABLE", message)
+    def __init__(self) -> None:
+        super().__init__(
+            "JOURNAL_UNAVAILABLE", "The audit journal is unavailable; nothing was run."
+        )
 
 
 class SqliteJournal:

@@ -55,7 +55,7 @@ from callgate.client import (
     RuleEffect,
     State,
 )
-from tests.support.sandbox import bwrap_only
+from tests.support.sandbox import bwrap_only, live_processes
 
 pytestmark = [pytest.mark.anyio, *bwrap_only]
 
@@ -156,19 +156,10 @@ def marker_processes(marker: str) -> list[tuple[int, str]]:
     """Live (non-zombie) processes whose command line contains `marker`: (pid, command line)."""
     wanted = marker.encode()
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                state = handle.read().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if wanted in cmdline and state not in (b"Z", b"X"):
+    for pid, cmdline in live_processes():
+        if wanted in cmdline and pid != os.getpid():
             text = cmdline.replace(b"\x00", b" ").decode(errors="replace")
-            found.append((int(name), f"{text[:12]}...{text[-100:]}{_status(name)}"))
+            found.append((pid, f"{text[:12]}...{text[-100:]}{_status(str(pid))}"))
     return found
 
 

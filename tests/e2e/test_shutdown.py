@@ -21,27 +21,12 @@ import pytest
 
 from callgate.client import CallgateClient, ServerUnavailableError, State
 from callgate.server.core.commands import normalize_command
-from tests.support.sandbox import bwrap_only
+from tests.support.sandbox import bwrap_only, processes_containing
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 GRACE_SECONDS = 1.0
 
 pytestmark = [pytest.mark.anyio, *bwrap_only]
-
-
-def marked_processes(marker: str) -> list[int]:
-    """PIDs whose command line contains `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -109,7 +94,7 @@ async def test_sigterm_cancels_a_running_call_kills_its_tree_and_exits_zero(
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(invoke)
                 with anyio.fail_after(10):
-                    while not marked_processes(marker):  # noqa: ASYNC110  # /proc: polled
+                    while not processes_containing(marker):  # noqa: ASYNC110  # /proc: polled
                         await anyio.sleep(0.02)
                 signalled = time.monotonic()
                 process.send_signal(signal.SIGTERM)
@@ -123,7 +108,7 @@ async def test_sigterm_cancels_a_running_call_kills_its_tree_and_exits_zero(
         assert exit_code == 0
         # Grace, then the tree's kill and confirmation: well under the 5 s answer window.
         assert elapsed < GRACE_SECONDS + 4, elapsed
-        assert marked_processes(marker) == []
+        assert processes_containing(marker) == []
         stderr = process.stderr.read()
         assert "shutting down" in stderr
     finally:

@@ -49,10 +49,8 @@ def sleeper_running(marker: str) -> list[int]:
     return processes_running("python3", "-c", SLEEPER, marker)
 
 
-def processes_running(*argv: str) -> list[int]:
-    """PIDs of live (non-zombie) processes whose command line is exactly `argv`."""
-    wanted = b"\x00".join(a.encode() for a in argv) + b"\x00"
-    found: list[int] = []
+def live_processes() -> Iterator[tuple[int, bytes]]:
+    """(PID, raw command line) of every live (non-zombie) process."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -63,9 +61,20 @@ def processes_running(*argv: str) -> list[int]:
                 state = handle.read().rpartition(b")")[2].split()[0]
         except (OSError, IndexError):
             continue
-        if cmdline == wanted and state not in (b"Z", b"X"):
-            found.append(int(name))
-    return found
+        if state not in (b"Z", b"X"):
+            yield int(name), cmdline
+
+
+def processes_running(*argv: str) -> list[int]:
+    """PIDs of live (non-zombie) processes whose command line is exactly `argv`."""
+    wanted = b"\x00".join(a.encode() for a in argv) + b"\x00"
+    return [pid for pid, cmdline in live_processes() if cmdline == wanted]
+
+
+def processes_containing(marker: str) -> list[int]:
+    """PIDs of live (non-zombie) processes whose command line contains `marker`."""
+    wanted = marker.encode()
+    return [pid for pid, cmdline in live_processes() if wanted in cmdline]
 
 
 @contextmanager
