@@ -27,7 +27,11 @@ from callgate.server.core.board import ApprovalBoard
 from callgate.server.core.gate import AccessDefaults, Gate
 from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
 from callgate.server.core.models import SandboxMode
-from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
+from callgate.server.core.paths import (
+    DEFAULT_DENIED_GLOBS,
+    DEFAULT_READONLY_GLOBS,
+    ProtectedPaths,
+)
 from callgate.server.core.principals import TokenAuthenticator
 from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
 from callgate.server.core.tool import ToolLimits
@@ -232,7 +236,10 @@ class App:
         self.authenticator, self.token_dir = load_authenticator(config, self.state_dir)
         self.sandbox = detect_sandbox(config.sandbox)
         globs = config.denied_paths if config.denied_paths is not None else DEFAULT_DENIED_GLOBS
-        self.protected = ProtectedPaths(globs, roots=[str(self.state_dir)])
+        readonly = (
+            config.readonly_paths if config.readonly_paths is not None else DEFAULT_READONLY_GLOBS
+        )
+        self.protected = ProtectedPaths(globs, roots=[str(self.state_dir)], readonly_globs=readonly)
         self.rules = build_rules(config)
         self.gate = Gate(
             AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected

@@ -209,7 +209,11 @@ class ServerConfig(BaseModel):
     # On SIGTERM/SIGINT: seconds running invocations get to finish before they are cancelled
     # (their process trees killed and confirmed gone); new work is refused at once.
     shutdown_grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    # Secret globs (default DEFAULT_DENIED_GLOBS): refused to every tool, masked in every sandbox.
     denied_paths: list[str] | None = None
+    # Globs of files that make programs run code (default DEFAULT_READONLY_GLOBS): read-only
+    # to commands, and written by WriteFile/EditFile only with a human's approval.
+    readonly_paths: list[str] | None = None
     access: AccessDefaults = Field(default_factory=AccessDefaults)
     rules: list[RuleConfig] = Field(default_factory=list)
     principals: list[PrincipalConfig] = Field(default_factory=list)
@@ -238,7 +242,7 @@ class ServerConfig(BaseModel):
 
 
 _ENV_PREFIX = "CALLGATE_"
-_LIST_KEYS = {"listen", "allowed_roots", "denied_paths"}
+_LIST_KEYS = {"listen", "allowed_roots", "denied_paths", "readonly_paths"}
 
 
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -13,18 +13,70 @@ from collections.abc import Iterable, Sequence
 
 from .errors import arguments_invalid
 
+# Secrets: refused to every tool and masked in every sandbox, at any depth, matched without
+# regard to case. Compared with what gitleaks, trufflehog and Anthropic's sandbox-runtime
+# protect: environment files and their backups, private keys and key stores, credential
+# files of the common CLIs (git, npm, PyPI, cargo, docker, kubectl, AWS, GCP, Azure).
 DEFAULT_DENIED_GLOBS: tuple[str, ...] = (
-    "**/.env",
-    "**/.env.*",
+    "**/.env*",
+    "**/*.env",
     "**/.ssh/**",
     "**/.aws/**",
+    "**/.azure/**",
     "**/.gnupg/**",
+    "**/.config/gcloud/**",
+    "**/.docker/config.json",
+    "**/.kube/config",
     "**/*.pem",
     "**/*.key",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/*.jks",
+    "**/*.keystore",
+    "**/*.ppk",
+    "**/*.kdbx",
     "**/id_rsa*",
+    "**/id_dsa*",
+    "**/id_ecdsa*",
     "**/id_ed25519*",
+    "**/id_xmss*",
     "**/.netrc",
+    "**/_netrc",
     "**/.git-credentials",
+    "**/.npmrc",
+    "**/.pypirc",
+    "**/.pgpass",
+    "**/.htpasswd",
+    "**/.cargo/credentials*",
+    "**/.gem/credentials",
+)
+
+# Files that make programs run code (git's config and hooks, shell startup files, editor and
+# agent configuration): read-only to every command even inside the writable workspace, and a
+# WriteFile or EditFile on them always waits for a human. Matched without regard to case.
+DEFAULT_READONLY_GLOBS: tuple[str, ...] = (
+    "**/.git/config",
+    "**/.git/config.worktree",
+    "**/.git/hooks/**",
+    "**/.git/modules/**/config",
+    "**/.git/modules/**/hooks/**",
+    "**/.git/info/attributes",
+    "**/.gitmodules",
+    "**/.gitconfig",
+    "**/.bashrc",
+    "**/.bash_profile",
+    "**/.bash_login",
+    "**/.bash_logout",
+    "**/.profile",
+    "**/.zshrc",
+    "**/.zshenv",
+    "**/.zprofile",
+    "**/.zlogin",
+    "**/.ripgreprc",
+    "**/.mcp.json",
+    "**/.vscode/**",
+    "**/.idea/**",
+    "**/.claude/**",
 )
 
 
@@ -68,19 +120,32 @@ def glob_to_regex(pattern: str) -> str:
     return "".join(out)
 
 
+def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
+    parts = [glob_to_regex(g.removeprefix("/")) for g in globs]
+    # Matched against the path without its leading slash, anywhere below /, in any case: a
+    # case-insensitive filesystem, or a tool that folds case, must not open `.ENV`.
+    return re.compile("(?:" + "|".join(parts) + r")\Z", re.IGNORECASE) if parts else None
+
+
 class ProtectedPaths:
-    """Decides whether a canonical absolute path is protected (secret or server state).
+    """Decides whether a canonical absolute path is protected (secret or server state), and
+    whether it is read-only to commands and needs a human to be written (`is_readonly`).
 
     A directory counts as protected when it is itself matched, so `tree:` requirements over a
     protected directory are refused; files beneath an unprotected tree are filtered one by one.
     """
 
-    def __init__(self, globs: Sequence[str], roots: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        globs: Sequence[str],
+        roots: Iterable[str] = (),
+        readonly_globs: Sequence[str] = DEFAULT_READONLY_GLOBS,
+    ) -> None:
         self.globs = tuple(globs)
+        self.readonly_globs = tuple(readonly_globs)
         self.roots = tuple(sorted({os.path.realpath(r) for r in roots}))
-        parts = [glob_to_regex(g.removeprefix("/")) for g in self.globs]
-        # Globs are matched against the path without its leading slash, anywhere below /.
-        self._regex = re.compile("(?:" + "|".join(parts) + r")\Z") if parts else None
+        self._regex = _compile_globs(self.globs)
+        self._readonly = _compile_globs(self.readonly_globs)
 
     def is_protected(self, path: str) -> bool:
         for root in self.roots:
@@ -89,6 +154,10 @@ class ProtectedPaths:
         if self._regex is None:
             return False
         return self._regex.match(path.lstrip("/")) is not None
+
+    def is_readonly(self, path: str) -> bool:
+        """True for a file that makes programs run code (`DEFAULT_READONLY_GLOBS`)."""
+        return self._readonly is not None and self._readonly.match(path.lstrip("/")) is not None
 
     def overlaps_tree(self, root: str) -> bool:
         """True when `root` itself, or a directory it sits in, is protected."""

@@ -191,6 +191,19 @@ def protected() -> ProtectedPaths:
         "sub/.git-credentials",
         "odd\nname/.env",
         ".ssh/key\nwith-newline",
+        ".envrc",
+        ".env~",
+        ".ENV",
+        "sub/.Env.Local",
+        "prod.env",
+        "id_ecdsa",
+        "keys/id_ecdsa_sk",
+        "cert.p12",
+        "cert.pfx",
+        ".npmrc",
+        ".pypirc",
+        "home/.docker/config.json",
+        ".kube/config",
     ],
 )
 def test_secret_paths_are_protected_anywhere(protected: ProtectedPaths, relative: str) -> None:
@@ -203,8 +216,9 @@ def test_secret_paths_are_protected_anywhere(protected: ProtectedPaths, relative
     "relative",
     [
         "env",
-        ".envrc",
+        "environment.md",
         "notes.key.txt",
+        "id_generator.py",
         "pem",
         "x.pem.txt",
         "ssh/config",
@@ -257,3 +271,32 @@ def test_the_state_directory_and_everything_below_it_is_protected(
 def test_glob_translation(glob: str, path: str, expected: bool) -> None:
     """`*`, `?` and classes stay within one component; `**` spans directories."""
     assert (re.match(glob_to_regex(glob) + r"\Z", path) is not None) is expected
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        (".git/config", True),
+        ("sub/repo/.git/config", True),
+        (".git/hooks", True),
+        (".git/hooks/pre-commit", True),
+        (".GIT/HOOKS/post-checkout", True),
+        (".git/modules/lib/config", True),
+        (".gitmodules", True),
+        (".bashrc", True),
+        ("a/b/.zshrc", True),
+        (".vscode/tasks.json", True),
+        (".idea/workspace.xml", True),
+        (".mcp.json", True),
+        (".ripgreprc", True),
+        (".git/HEAD", False),
+        (".git/objects/ab/cdef", False),
+        ("src/config", False),
+        ("bashrc.md", False),
+    ],
+)
+def test_files_that_run_code_are_readonly_anywhere(
+    protected: ProtectedPaths, relative: str, expected: bool
+) -> None:
+    """Git config and hooks, shell startup and editor/agent config match at any depth, any case."""
+    assert protected.is_readonly(f"/ws/{relative}") is expected
