@@ -37,7 +37,7 @@ from callgate.client.models import ToolCall
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.runner import CommandSpec
-from callgate.server.tools.bash import CommandSettings, command_env
+from callgate.server.tools.command_spec import CommandSettings, command_env
 
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
 STREAM_COMMAND: Final = "head -c 200M /dev/zero"

@@ -48,7 +48,6 @@ from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.server.storage.rules_store import SqliteRuleStore
 from callgate.server.tools.background import SupervisedBash
-from callgate.server.tools.bash import CommandSettings
 from callgate.server.tools.catalog import (
     ask_tools,
     command_tools,
@@ -58,6 +57,7 @@ from callgate.server.tools.catalog import (
     skill_tools,
     task_tools,
 )
+from callgate.server.tools.command_spec import CommandSettings
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings

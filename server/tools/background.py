@@ -10,7 +10,8 @@ from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import ToolContext
 from callgate.server.sandbox.runner import CommandRunner, CommandStartError
 
-from .bash import BashArtifact, CommandRefused, CommandSettings, command_spec
+from .bash_artifact import BashArtifact
+from .command_spec import CommandRefused, CommandSettings, command_spec
 from .processes import (
     ProcessServices,
     describe,

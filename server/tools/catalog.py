@@ -7,7 +7,8 @@ from callgate.server.core.tool import ToolPlugin
 from callgate.server.sandbox.runner import CommandRunner
 
 from .ask import AskUser
-from .bash import BackgroundStarter, Bash, CommandSettings
+from .bash import BackgroundStarter, Bash
+from .command_spec import CommandSettings
 from .fetch import Fetch
 from .files import EditFile, ReadFile, WriteFile
 from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
