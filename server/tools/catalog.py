@@ -11,8 +11,9 @@ from .bash import BackgroundStarter, Bash
 from .command_spec import CommandSettings
 from .fetch import Fetch
 from .files import EditFile, ReadFile, WriteFile
+from .glob_tool import Glob
+from .grep_tool import Grep
 from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
-from .search import Glob, Grep
 from .skill import Skill
 from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 

@@ -22,7 +22,7 @@ from ..sandbox.runner import (
 from .bash_artifact import BashArtifact, PathDeclaration
 from .command_output import KILL_GRACE_SECONDS
 from .files import display
-from .search import NOISE_NAMES
+from .search_walk import NOISE_NAMES
 
 # How far below the workspace (and declared trees) protected paths are looked for and masked.
 MASK_MAX_DEPTH = 4

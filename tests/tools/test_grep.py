@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import ToolContext, ToolLimits
-from callgate.server.tools.search import Grep, GrepArtifact, compile_grep_regex
+from callgate.server.tools.grep_tool import Grep, GrepArtifact
+from callgate.server.tools.search_patterns import compile_grep_regex
 from tests.tools.conftest import RG_PATH
 from tests.tools.drive import execute, invalid_field, make_context
 from tests.tools.strategies import build_tree, file_trees, grep_options, grep_patterns

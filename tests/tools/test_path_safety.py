@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from callgate.server.core.errors import InvalidArgument
 from callgate.server.core.tool import Prepared, ToolContext, ToolPlugin
 from callgate.server.tools.files import EditFile, ReadFile, WriteFile
-from callgate.server.tools.search import Glob, Grep
+from callgate.server.tools.glob_tool import Glob
+from callgate.server.tools.grep_tool import Grep
 from tests.tools.drive import execute, invalid_field, make_context, tree_snapshot
 
 pytestmark = pytest.mark.anyio

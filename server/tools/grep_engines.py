@@ -1,0 +1,299 @@
+"""Grep's two engines: ripgrep when the server has it, a pure-Python walk otherwise. ripgrep only
+says which lines match; which files are eligible, the text, the order and the caps are
+decided by the shared scanner (`grep_scan`), so both give the same output."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import re
+import signal
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from ..core.models import (
+    ToolResult,
+)
+from ..core.paths import ProtectedPaths
+from ..core.tool import ToolContext
+from . import fsaccess
+from .files import INLINE_READ_BYTES
+from .fsaccess import PathChanged
+from .grep_scan import GrepOutput, scan_file
+from .search_patterns import (
+    GrepGlob,
+    compile_grep_regex,
+)
+from .search_walk import (
+    NOISE_NAMES,
+    SearchTimedOut,
+    check_deadline,
+    join_path,
+    walk_entries,
+)
+
+if TYPE_CHECKING:
+    from .grep_tool import GrepArtifact
+
+# Characters that may stand in a protected-path glob handed to ripgrep as an exclusion: with
+# these, ripgrep's glob dialect and ours agree, so ripgrep never excludes more than we do.
+_RG_SAFE_GLOB = re.compile(r"\*\*/[^\[\]{}\\!]+\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class GrepPlan:
+    """Everything one Grep run needs, shared by both engines."""
+
+    ctx: ToolContext
+    target: str
+    is_directory: bool
+    shown_prefix: str
+    glob: GrepGlob | None
+    out: GrepOutput
+    deadline: float
+
+    def admissible(self, rel: str) -> bool:
+        """Whether ripgrep's report of `rel` (relative to the searched directory) names a
+        file the Python walk would also search."""
+        current = self.target
+        for part in rel.split("/"):
+            if part in NOISE_NAMES or part in ("", ".", ".."):
+                return False
+            current = join_path(current, part)
+            if self.ctx.workspace.protected.is_protected(current):
+                return False
+        return self.glob is None or self.glob.matches(rel)
+
+
+def python_search(plan: GrepPlan, regex: re.Pattern[str]) -> None:
+    """The pure-Python engine: walk, filter and scan, in the same order as ripgrep."""
+
+    def is_hit(_: int, text: str) -> bool:
+        return regex.search(text) is not None
+
+    root = plan.ctx.workspace.root
+    check_deadline(plan.deadline)
+    if not plan.is_directory:
+        try:
+            fd = fsaccess.open_beneath(root, plan.target)
+        except (OSError, PathChanged):
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                scan_file(fd, plan.shown_prefix, is_hit, plan.out, plan.deadline)
+        finally:
+            os.close(fd)
+        return
+    try:
+        top_fd = fsaccess.open_directory(root, plan.target)
+    except (OSError, PathChanged):
+        return
+    try:
+        protected = plan.ctx.workspace.protected
+        with contextlib.closing(
+            walk_entries(top_fd, plan.target, protected, plan.deadline)
+        ) as entries:
+            for rel, _, dir_fd, entry in entries:
+                if plan.glob is not None and not plan.glob.matches(rel):
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    fd = fsaccess.open_step(dir_fd, entry.name, fsaccess.READ_FLAGS)
+                except (OSError, PathChanged):
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        scan_file(fd, plan.shown_prefix + rel, is_hit, plan.out, plan.deadline)
+                finally:
+                    os.close(fd)
+                if plan.out.full:
+                    return
+    finally:
+        os.close(top_fd)
+
+
+def _rg_exclusions(protected: ProtectedPaths) -> list[str]:
+    globs = [f"--glob=!{name}" for name in sorted(NOISE_NAMES)]
+    # Protected globs keep ripgrep from even reading secrets; the filter here stays the
+    # authority (`GrepPlan.admissible`), so only globs whose dialects agree are passed.
+    globs += [f"--glob=!{g}" for g in protected.globs if _RG_SAFE_GLOB.match(g)]
+    return globs
+
+
+async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
+    regex = compile_grep_regex(artifact.pattern, artifact.ignore_case)
+    remaining = plan.deadline - time.monotonic()
+    with anyio.move_on_after(max(remaining, 0)) as scope:
+        # Abandoned on timeout: the walk also checks the deadline and stops by itself.
+        await anyio.to_thread.run_sync(python_search, plan, regex, abandon_on_cancel=True)
+    if scope.cancelled_caught:
+        raise SearchTimedOut
+
+
+async def search_with_ripgrep(
+    rg_path: str, artifact: GrepArtifact, plan: GrepPlan
+) -> ToolResult | None:
+    max_count = artifact.max_matches + 1
+    argv = [
+        rg_path,
+        "--no-config",
+        "--no-ignore",
+        "--hidden",
+        "--no-messages",
+        "--sort=path",
+        "--null",
+        "--line-number",
+        "--with-filename",
+        "--no-heading",
+        "--color=never",
+        "--encoding=none",
+        # Only line numbers are read from ripgrep: the text comes from our own read.
+        "--max-columns=1",
+        f"--max-count={max_count}",
+        "--ignore-case" if artifact.ignore_case else "--case-sensitive",
+    ]
+    if plan.is_directory:
+        if plan.glob is not None:
+            argv += [f"--glob={g}" for g in plan.glob.expansions]
+        # Exclusions last: a later glob wins, so a user glob cannot re-include them.
+        argv += _rg_exclusions(plan.ctx.workspace.protected)
+        cwd, operand = plan.target, "."
+    else:
+        cwd, name = os.path.split(plan.target)
+        operand = "./" + name
+    argv += ["--", artifact.pattern, operand]
+    try:
+        process = await anyio.open_process(
+            argv,
+            cwd=cwd,
+            env={"LC_ALL": "C"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError:
+        # ripgrep vanished since start-up: the Python engine gives the same answer.
+        await search_in_python(artifact, plan)
+        return None
+    errors = bytearray()
+    ending = _Ending.DONE
+    try:
+        remaining = plan.deadline - time.monotonic()
+        with anyio.move_on_after(max(remaining, 0)) as scope:
+            async with anyio.create_task_group() as group:
+                assert process.stderr is not None
+                group.start_soon(_drain, process.stderr, errors)
+                ending = await _consume(process, plan)
+                if ending is not _Ending.DONE:
+                    _kill(process)
+    finally:
+        _kill(process)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    if scope.cancelled_caught or ending is _Ending.TIMED_OUT:
+        raise SearchTimedOut
+    if (
+        ending is _Ending.DONE
+        and process.returncode == 2
+        and not plan.out.lines
+        and b"regex" in bytes(errors).lower()
+    ):
+        return ToolResult.error(
+            "pattern_unsupported",
+            "ripgrep could not compile the pattern; simplify it.",
+        )
+    return None
+
+
+async def _consume(process: anyio.abc.Process, plan: GrepPlan) -> _Ending:
+    """Read ripgrep's `path NUL line:...` records and scan file by file until ripgrep
+    ends, the output is full, or the deadline passes."""
+    assert process.stdout is not None
+    pending = b""
+    current: bytes | None = None
+    hits: list[int] = []
+    try:
+        async for chunk in process.stdout:
+            pending += chunk
+            *records, pending = pending.split(b"\n")
+            for record in records:
+                path, separator, rest = record.partition(b"\x00")
+                number = rest.partition(b":")[0]
+                if not separator or not number.isdigit():
+                    continue
+                if path != current:
+                    if current is not None and await _ripgrep_file(current, hits, plan):
+                        return _Ending.FULL
+                    current, hits = path, []
+                hits.append(int(number))
+        if current is not None and await _ripgrep_file(current, hits, plan):
+            return _Ending.FULL
+    except SearchTimedOut:
+        return _Ending.TIMED_OUT
+    return _Ending.DONE
+
+
+async def _ripgrep_file(path: bytes, hits: list[int], plan: GrepPlan) -> bool:
+    """Scan one file ripgrep reported; True when the output is now full."""
+    if plan.is_directory:
+        try:
+            rel = path.decode("utf-8").removeprefix("./")
+        except UnicodeDecodeError:
+            return False
+        if not plan.admissible(rel):
+            return False
+        absolute, shown = join_path(plan.target, rel), plan.shown_prefix + rel
+    else:
+        absolute, shown = plan.target, plan.shown_prefix
+    try:
+        fd = fsaccess.open_beneath(plan.ctx.workspace.root, absolute)
+    except (OSError, PathChanged):
+        return False
+    lines = frozenset(hits)
+
+    def is_hit(number: int, _: str) -> bool:
+        return number in lines
+
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        if info.st_size <= INLINE_READ_BYTES:
+            scan_file(fd, shown, is_hit, plan.out, plan.deadline)
+        else:
+            await anyio.to_thread.run_sync(scan_file, fd, shown, is_hit, plan.out, plan.deadline)
+    finally:
+        os.close(fd)
+    return plan.out.full
+
+
+class _Ending(enum.Enum):
+    """How reading ripgrep's output ended."""
+
+    DONE = "done"
+    FULL = "full"
+    TIMED_OUT = "timed_out"
+
+
+def _kill(process: anyio.abc.Process) -> None:
+    # os.kill rather than Process.kill: Popen.send_signal polls first, which can reap the
+    # child under asyncio's child watcher (that then logs "Unknown child process").
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+            os.kill(process.pid, signal.SIGKILL)
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream, into: bytearray) -> None:
+    """Keep ripgrep's stderr flowing; remember its first few KiB."""
+    async for chunk in stream:
+        if len(into) < 4096:
+            into += chunk[: 4096 - len(into)]

@@ -1,0 +1,172 @@
+"""The Grep tool: lines of workspace files by regex (DESIGN section 5)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from ..core.errors import arguments_invalid
+from ..core.models import (
+    Requirement,
+    RequirementKind,
+    RuleCandidate,
+    ToolResult,
+)
+from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from .files import changed_result, display, resolution_changed
+from .grep_engines import GrepPlan, search_in_python, search_with_ripgrep
+from .grep_scan import GrepOutput, grep_result
+from .search_patterns import MAX_PATTERN_CHARS, GrepGlob, PatternUnsupported, compile_grep_regex
+from .search_walk import SearchTimedOut, gone, kind_now, short_pattern, tree_requirement
+
+
+class GrepArguments(Arguments):
+    pattern: str = Field(
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="Regular expression matched against each line (common Rust/Python subset).",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Directory or file to search, relative to the workspace root.",
+    )
+    glob: str | None = Field(
+        default=None,
+        description="Only files matching this glob: a name glob such as *.py or *.{ts,tsx}, "
+        "or a path glob relative to path such as src/**/*.py.",
+    )
+    ignore_case: bool = Field(default=False, description="Match case-insensitively.")
+    context_lines: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=0, description="Lines of context shown before and after each match."
+    )
+    max_matches: Annotated[int, Field(ge=1, le=200)] = Field(
+        default=200, description="Stop after this many matching lines."
+    )
+
+
+class GrepArtifact(Artifact):
+    path: str | None
+    canonical: str
+    is_directory: bool
+    pattern: str
+    glob: str | None
+    ignore_case: bool
+    context_lines: int
+    max_matches: int
+
+
+class Grep(Tool[GrepArguments, GrepArtifact]):
+    name: ClassVar[str] = "Grep"
+    description: ClassVar[str] = (
+        "Search file contents with a regular expression, line by line. Output lines are "
+        "`path:line:text` (context lines `path-line-text`), sorted by path then line, at "
+        "most 200 matches and 64 KiB. path may be a directory (default the workspace root) "
+        "or one file; glob narrows the files (*.py, *.{ts,tsx}, src/**/*.go). Lookaround and "
+        "backreferences are not supported; binary and non-UTF-8 files are skipped."
+    )
+    arguments: ClassVar[type[Arguments]] = GrepArguments
+    artifact: ClassVar[type[Artifact]] = GrepArtifact
+    requirement_kinds: ClassVar[tuple[str, ...]] = (RequirementKind.FILESYSTEM_READ.value,)
+
+    def __init__(self, rg_path: str | None) -> None:
+        """`rg_path` is the ripgrep executable, or None to always search in Python."""
+        self.rg_path = rg_path
+
+    def prepare_args(self, args: GrepArguments, ctx: ToolContext) -> Prepared:
+        try:
+            compile_grep_regex(args.pattern, args.ignore_case)
+        except PatternUnsupported as exc:
+            raise arguments_invalid("pattern", str(exc)) from None
+        if args.path is None:
+            canonical = ctx.workspace.root
+        else:
+            canonical = ctx.workspace.resolve(args.path, "path")
+        if os.path.isdir(canonical):
+            is_directory = True
+        elif os.path.isfile(canonical):
+            is_directory = False
+        else:
+            raise arguments_invalid("path", "the path is neither a directory nor a file")
+        if args.glob is not None:
+            if not is_directory:
+                raise arguments_invalid("glob", "glob applies only when path is a directory")
+            GrepGlob.parse(args.glob)
+        if is_directory:
+            requirement = tree_requirement(canonical)
+        else:
+            requirement = Requirement(
+                kind=RequirementKind.FILESYSTEM_READ.value,
+                scope=canonical,
+                match=canonical,
+                description=f"read {canonical}",
+            )
+        rel = display(ctx.workspace.relative(canonical))
+        return Prepared(
+            summary=f"Grep {short_pattern(args.pattern)} in {rel}",
+            requirements=(requirement,),
+            artifact=GrepArtifact(
+                path=args.path,
+                canonical=canonical,
+                is_directory=is_directory,
+                pattern=args.pattern,
+                glob=args.glob,
+                ignore_case=args.ignore_case,
+                context_lines=args.context_lines,
+                max_matches=min(args.max_matches, ctx.limits.grep_max_matches),
+            ),
+            candidates=(
+                RuleCandidate(requirement.kind, requirement.match, requirement.description),
+            ),
+        )
+
+    async def run(self, artifact: GrepArtifact, ctx: ToolContext) -> ToolResult:
+        target = artifact.canonical
+        workspace = ctx.workspace
+        rel = workspace.relative(target)
+        if artifact.path is not None:
+            changed = resolution_changed(ctx, artifact.path, target)
+            if changed is not None:
+                return changed
+        if workspace.protected.is_protected(target):
+            return ToolResult.error("read_denied", f"{display(rel)} is protected and never read.")
+        kind = kind_now(target)
+        if kind == "missing":
+            return gone(rel)
+        if (kind == "directory") != artifact.is_directory:
+            return changed_result(ctx, target)
+        timeout = ctx.limits.grep_timeout_seconds
+        if artifact.is_directory:
+            shown_prefix = "" if target == workspace.root else rel + "/"
+        else:
+            shown_prefix = rel
+        plan = GrepPlan(
+            ctx=ctx,
+            target=target,
+            is_directory=artifact.is_directory,
+            shown_prefix=shown_prefix,
+            glob=GrepGlob.parse(artifact.glob) if artifact.glob is not None else None,
+            out=GrepOutput(
+                max_matches=artifact.max_matches,
+                max_bytes=ctx.limits.grep_max_bytes,
+                context=artifact.context_lines,
+            ),
+            deadline=time.monotonic() + timeout,
+        )
+        try:
+            failure = None
+            if self.rg_path is None:
+                await search_in_python(artifact, plan)
+            else:
+                failure = await search_with_ripgrep(self.rg_path, artifact, plan)
+        except SearchTimedOut:
+            return ToolResult.error(
+                "timed_out",
+                f"Grep did not finish within {timeout:g} seconds; "
+                "narrow the pattern, path or glob.",
+            )
+        if failure is not None:
+            return failure
+        return grep_result(plan.out, rel)

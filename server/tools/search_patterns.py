@@ -1,0 +1,278 @@
+"""Glob's and Grep's pattern dialects, checked at Prepare so that both Grep engines accept
+exactly the same input:
+
+- Path globs (Glob `pattern`, Grep `glob`): `*` and `?` stay inside one path component,
+  `**` as a whole component spans directories, `{a,b}` alternatives (not nested). No
+  `[...]`, backslashes or leading `!`. A Glob pattern is matched against the path relative
+  to its root; a Grep glob without `/` is matched against file names at any depth, one with
+  `/` against the path relative to the searched directory (ripgrep's rule).
+- Grep regexes: the subset that Python `re` and ripgrep's Rust regex both read the same
+  way. Refused: lookaround, backreferences, atomic groups, possessive quantifiers,
+  conditionals, comments, `\\Z`, octal escapes, escapes of characters that are not regex
+  metacharacters, a `{` that does not start a repetition, repetitions over 1000, nested
+  classes and class set operations (`&&`, `--`, `~~`), inline flags other than `i`, `m`,
+  `s`, and line breaks (a match never spans lines). `\\s` means Unicode White_Space in both.
+  Outside ASCII, `\\w`, `\\d` and `\\b` follow each engine's Unicode tables, which agree for
+  letters and decimal digits.
+- Files that are not UTF-8 text (a NUL byte or an invalid sequence anywhere) are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+
+from ..core.errors import arguments_invalid
+
+MAX_PATTERN_CHARS = 1000
+MAX_GLOB_ALTERNATIVES = 64
+MAX_REPEAT = 1000
+
+# Path globs ----------------------------------------------------------------------------------
+
+
+def _expand_braces(pattern: str, field_name: str) -> list[str]:
+    alternatives = [""]
+    position = 0
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "}":
+            raise arguments_invalid(field_name, "the pattern has a } without a {")
+        if char != "{":
+            alternatives = [prefix + char for prefix in alternatives]
+            position += 1
+            continue
+        close = pattern.find("}", position + 1)
+        if close == -1:
+            raise arguments_invalid(field_name, "the pattern has a { without a }")
+        body = pattern[position + 1 : close]
+        if "{" in body:
+            raise arguments_invalid(field_name, "{...} alternatives cannot be nested")
+        alternatives = [prefix + option for prefix in alternatives for option in body.split(",")]
+        if len(alternatives) > MAX_GLOB_ALTERNATIVES:
+            raise arguments_invalid(
+                field_name, f"the pattern expands to more than {MAX_GLOB_ALTERNATIVES} globs"
+            )
+        position = close + 1
+    return alternatives
+
+
+def expand_glob(pattern: str, field_name: str) -> list[str]:
+    """Check a path glob against the dialect above; return its `{a,b}` expansions."""
+    if not pattern:
+        raise arguments_invalid(field_name, "the pattern is empty")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise arguments_invalid(field_name, f"the pattern is longer than {MAX_PATTERN_CHARS}")
+    if not pattern.isprintable():
+        raise arguments_invalid(field_name, "the pattern holds control characters")
+    if any(char in pattern for char in "[]\\"):
+        raise arguments_invalid(
+            field_name, "[...] classes and backslashes are not supported; use * and ?"
+        )
+    if pattern.startswith("!"):
+        raise arguments_invalid(field_name, "negated patterns (!...) are not supported")
+    expansions = _expand_braces(pattern, field_name)
+    for expansion in expansions:
+        if expansion.startswith("/"):
+            raise arguments_invalid(field_name, "the pattern is relative; it cannot start with /")
+        parts = expansion.split("/")
+        if "" in parts:
+            raise arguments_invalid(field_name, "the pattern has an empty path component")
+        if "." in parts or ".." in parts:
+            raise arguments_invalid(field_name, "the pattern cannot hold . or .. components")
+        if any("**" in part and part != "**" for part in parts):
+            raise arguments_invalid(
+                field_name, "** must be a whole path component, as in src/**/*.py"
+            )
+    return expansions
+
+
+def _glob_body(expansion: str) -> str:
+    parts = expansion.split("/")
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            out.append("(?s:.*)" if last else "(?:(?s:.*)/)?")
+            continue
+        for char in part:
+            out.append("[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char))
+        if not last:
+            out.append("/")
+    return "".join(out)
+
+
+def compile_path_globs(expansions: list[str]) -> re.Pattern[str] | None:
+    if not expansions:
+        return None
+    return re.compile("(?:" + "|".join(_glob_body(e) for e in expansions) + r")\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class GrepGlob:
+    """A Grep `glob` filter: name globs match file names, path globs relative paths."""
+
+    expansions: tuple[str, ...]
+    name_regex: re.Pattern[str] | None
+    path_regex: re.Pattern[str] | None
+
+    @classmethod
+    def parse(cls, pattern: str) -> GrepGlob:
+        expansions = expand_glob(pattern, "glob")
+        return cls(
+            expansions=tuple(expansions),
+            name_regex=compile_path_globs([e for e in expansions if "/" not in e]),
+            path_regex=compile_path_globs([e for e in expansions if "/" in e]),
+        )
+
+    def matches(self, rel: str) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        if self.name_regex is not None and self.name_regex.match(name):
+            return True
+        return self.path_regex is not None and self.path_regex.match(rel) is not None
+
+
+# Grep regexes --------------------------------------------------------------------------------
+
+_PUNCTUATION_ESCAPES = frozenset("\\.+*?()|[]{}^$#&-~")
+_LETTER_ESCAPES = frozenset("dDwWsSbBAtrfvaxuU")
+_CLASS_LETTER_ESCAPES = frozenset("dDwWsStrfvaxuU")
+# Unicode White_Space, which is what Rust's \s means (Python's adds \x1c-\x1f).
+_WHITE_SPACE = "\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+_GROUP_OPENING = re.compile(r"\(\?(?::|P<[A-Za-z_][A-Za-z0-9_]*>|[ims]*(?:-[ims]+)?[:)])")
+_REPETITION = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
+
+
+class PatternUnsupported(ValueError):
+    """A Grep regex outside the common dialect; the message says why."""
+
+
+def _group_problem(rest: str) -> str:
+    if rest.startswith(("(?=", "(?!", "(?<=", "(?<!")):
+        return "lookaround is not supported"
+    if rest.startswith("(?P="):
+        return "backreferences are not supported"
+    if rest.startswith("(?<"):
+        return "write named groups as (?P<name>...) with an ASCII name"
+    if rest.startswith("(?P<"):
+        return "group names must be ASCII letters, digits and _"
+    return "only (...), (?:...), (?P<name>...) and the flags i, m, s are supported in groups"
+
+
+def _translate_escape(escaped: str, in_class: bool) -> str:
+    """The Python form of the escape `\\<escaped>`."""
+    if escaped.isdigit():
+        raise PatternUnsupported("backreferences and octal escapes are not supported")
+    if escaped == "n":
+        raise PatternUnsupported("a match never spans lines; remove \\n")
+    if escaped in _PUNCTUATION_ESCAPES:
+        return "\\" + escaped
+    if not (escaped.isascii() and escaped.isalpha()):
+        raise PatternUnsupported(
+            f"escape only regex metacharacters; write {escaped} without the backslash"
+        )
+    if escaped not in (_CLASS_LETTER_ESCAPES if in_class else _LETTER_ESCAPES):
+        raise PatternUnsupported(f"the escape \\{escaped} is not supported here")
+    if escaped == "s":
+        return _WHITE_SPACE if in_class else f"[{_WHITE_SPACE}]"
+    if escaped == "S":
+        if in_class:
+            raise PatternUnsupported("\\S inside [...] is not supported")
+        return f"[^{_WHITE_SPACE}]"
+    return "\\" + escaped
+
+
+class _RegexTranslator:
+    """One pass over a Grep regex, token by token (see `grep_python_regex`)."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.position = 0
+        self.out: list[str] = []
+        self.in_class = False
+        self.class_start = 0
+        self.quantified = False  # the previous token was a quantifier
+
+    def translate(self) -> str:
+        pattern = self.pattern
+        while self.position < len(pattern):
+            char = pattern[self.position]
+            if char == "\n":
+                raise PatternUnsupported("a match never spans lines; remove the line break")
+            if char == "\\":
+                if self.position + 1 == len(pattern):
+                    raise PatternUnsupported("the pattern ends with a lone backslash")
+                self._emit(_translate_escape(pattern[self.position + 1], self.in_class), 2)
+            elif self.in_class:
+                self._class_member(char)
+            elif char == "[":
+                self._open_class()
+            elif char == "(" and pattern.startswith("(?", self.position):
+                self._group()
+            elif char == "{":
+                self._repetition()
+            elif char == "+" and self.quantified:
+                raise PatternUnsupported("possessive quantifiers (*+, ++, ?+) are not supported")
+            elif char == "?" and self.quantified:
+                # A lazy quantifier: which lines match does not depend on it.
+                self._emit(char, 1)
+            else:
+                self._emit(char, 1, quantifier=char in "*+?")
+        return "".join(self.out)
+
+    def _emit(self, text: str, consumed: int, *, quantifier: bool = False) -> None:
+        self.out.append(text)
+        self.position += consumed
+        self.quantified = quantifier
+
+    def _class_member(self, char: str) -> None:
+        if char == "]" and self.position > self.class_start:
+            self.in_class = False
+        elif char == "[":
+            raise PatternUnsupported("nested classes are not supported; write \\[ inside [...]")
+        elif self.pattern.startswith(("&&", "--", "~~"), self.position):
+            raise PatternUnsupported("class set operations (&&, --, ~~) are not supported")
+        self._emit(char, 1)
+
+    def _open_class(self) -> None:
+        self.in_class = True
+        negated = self.pattern.startswith("[^", self.position)
+        self._emit("[^" if negated else "[", 2 if negated else 1)
+        self.class_start = self.position  # a ] right here is a literal ]
+
+    def _group(self) -> None:
+        opening = _GROUP_OPENING.match(self.pattern, self.position)
+        if opening is None:
+            raise PatternUnsupported(_group_problem(self.pattern[self.position :]))
+        self._emit(opening.group(0), len(opening.group(0)))
+
+    def _repetition(self) -> None:
+        repetition = _REPETITION.match(self.pattern, self.position)
+        if repetition is None:
+            raise PatternUnsupported(
+                "a { must start a repetition such as {2} or {1,3}; write \\{ for the character"
+            )
+        if any(int(bound) > MAX_REPEAT for bound in repetition.groups() if bound):
+            raise PatternUnsupported(f"repetitions are limited to {MAX_REPEAT}")
+        self._emit(repetition.group(0), len(repetition.group(0)), quantifier=True)
+
+
+def grep_python_regex(pattern: str) -> str:
+    """Translate a Grep regex into the Python regex that matches the same lines as ripgrep;
+    raises PatternUnsupported for anything outside the common dialect."""
+    return _RegexTranslator(pattern).translate()
+
+
+def compile_grep_regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    """The Python regex for a Grep pattern; PatternUnsupported when either engine would
+    refuse it or read it differently."""
+    translated = grep_python_regex(pattern)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            return re.compile(translated, re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise PatternUnsupported(f"invalid regex: {exc.msg}") from None
+        except (FutureWarning, DeprecationWarning):
+            raise PatternUnsupported("the pattern is ambiguous between regex dialects") from None
