@@ -107,6 +107,7 @@ def _tool_limits(config: ServerConfig) -> ToolLimits:
         grep_max_matches=t.grep_max_matches,
         grep_max_bytes=t.grep_max_bytes,
         grep_timeout_seconds=t.grep_timeout_seconds,
+        scan_seconds=t.scan_seconds,
     )
 
 

@@ -116,6 +116,9 @@ class ToolsConfig(BaseModel):
     grep_max_matches: Annotated[int, Field(ge=1, le=100_000)] = 200
     grep_max_bytes: Annotated[int, Field(ge=1024, le=64 << 20)] = 64 << 10
     grep_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # The walk of a sandbox's trees for secrets (at any depth, hard links included) and files
+    # that run code; past this a command or Grep is refused rather than run half-masked.
+    scan_seconds: Annotated[float, Field(gt=0, le=600)] = 5.0
     ripgrep: bool = True
 
 

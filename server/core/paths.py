@@ -120,11 +120,43 @@ def glob_to_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def _compile_globs(globs: Sequence[str]) -> re.Pattern[str] | None:
-    parts = [glob_to_regex(g.removeprefix("/")) for g in globs]
-    # Matched against the path without its leading slash, anywhere below /, in any case: a
-    # case-insensitive filesystem, or a tool that folds case, must not open `.ENV`.
-    return re.compile("(?:" + "|".join(parts) + r")\Z", re.IGNORECASE) if parts else None
+_LITERAL_BREAKS = re.compile(r"\[[^\]]*\]|[*?/{}]")
+
+
+class _GlobSet:
+    """A set of globs matched against absolute paths, below /, in any case: a case-insensitive
+    filesystem, or a tool that folds case, must not open `.ENV`.
+
+    Fast enough to call for every entry of a large tree: globs of the form `**/<name>` (most of
+    them) are one regex over the last component; the others are tried only when the path holds
+    their longest literal run (`.ssh`, `config.json`)."""
+
+    def __init__(self, globs: Sequence[str]) -> None:
+        names: list[str] = []
+        self._others: list[tuple[str, re.Pattern[str]]] = []
+        for raw in globs:
+            glob = raw.removeprefix("/")
+            rest = glob.removeprefix("**/")
+            if rest != glob and rest and "/" not in rest and "**" not in rest:
+                names.append(glob_to_regex(rest))
+                continue
+            pieces = [piece for piece in _LITERAL_BREAKS.split(glob) if piece]
+            literal = max(pieces, key=len, default="").casefold()
+            regex = re.compile(glob_to_regex(glob) + r"\Z", re.IGNORECASE)
+            self._others.append((literal, regex))
+        joined = "(?:" + "|".join(names) + r")\Z"
+        self._names = re.compile(joined, re.IGNORECASE) if names else None
+
+    def matches(self, path: str) -> bool:
+        rel = path.lstrip("/")
+        if self._names is not None and self._names.match(rel.rpartition("/")[2]):
+            return True
+        if self._others:
+            folded = rel.casefold()
+            for literal, regex in self._others:
+                if literal in folded and regex.match(rel):
+                    return True
+        return False
 
 
 class ProtectedPaths:
@@ -144,20 +176,18 @@ class ProtectedPaths:
         self.globs = tuple(globs)
         self.readonly_globs = tuple(readonly_globs)
         self.roots = tuple(sorted({os.path.realpath(r) for r in roots}))
-        self._regex = _compile_globs(self.globs)
-        self._readonly = _compile_globs(self.readonly_globs)
+        self._secrets = _GlobSet(self.globs)
+        self._readonly = _GlobSet(self.readonly_globs)
 
     def is_protected(self, path: str) -> bool:
         for root in self.roots:
             if path == root or path.startswith(root + "/"):
                 return True
-        if self._regex is None:
-            return False
-        return self._regex.match(path.lstrip("/")) is not None
+        return self._secrets.matches(path)
 
     def is_readonly(self, path: str) -> bool:
         """True for a file that makes programs run code (`DEFAULT_READONLY_GLOBS`)."""
-        return self._readonly is not None and self._readonly.match(path.lstrip("/")) is not None
+        return self._readonly.matches(path)
 
     def overlaps_tree(self, root: str) -> bool:
         """True when `root` itself, or a directory it sits in, is protected."""

@@ -74,6 +74,9 @@ class ToolLimits:
     grep_max_matches: int = 200
     grep_max_bytes: int = 64 << 10
     grep_timeout_seconds: float = 30.0
+    # How long the walk for secrets and files that run code may take before a command (or a
+    # confined Grep) is refused rather than run with masks that might be incomplete.
+    scan_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

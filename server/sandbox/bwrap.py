@@ -44,6 +44,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -51,6 +52,7 @@ import anyio
 from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import is_within
 
+from ..tools import fsaccess
 from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
 from .pipes import PipeReceiveStream, PipeSendStream
@@ -172,7 +174,7 @@ class _Mount:
     args: tuple[str, ...]
 
 
-_HIDE, _READ, _WRITE, _MASK = range(4)
+_HIDE, _READ, _WRITE, _PIN, _READONLY, _MASK = range(6)
 
 
 def _depth(path: str) -> int:
@@ -217,8 +219,10 @@ def _host_view() -> list[str]:
     return args
 
 
-def mount_plan(spec: CommandSpec) -> list[str]:
-    """The bubblewrap mount arguments for `spec`, after the fixed host view."""
+def mount_plan(spec: CommandSpec, anchors: Mapping[str, int] | None = None) -> list[str]:
+    """The bubblewrap mount arguments for `spec`, after the fixed host view. `anchors` are fds
+    the server opened without following symlinks (`open_anchors`) for the read-only paths and
+    pinned directories: they are bound from the fd, never from a path a command could swap."""
     hidden = {d for d in spec.hidden_dirs if d != "/" and _is_dir(d)}
     writable = [spec.workspace, *spec.write_paths]
     mounts: list[_Mount] = [_Mount(_depth(d), _HIDE, d, ("--tmpfs", d)) for d in hidden]
@@ -232,6 +236,12 @@ def mount_plan(spec: CommandSpec) -> list[str]:
     for path in dict.fromkeys(binds):
         if path not in hidden:
             mounts.append(_Mount(_depth(path), _WRITE, path, ("--bind", path, path)))
+    for path, fd in (anchors or {}).items():
+        rank = _READONLY if path in spec.readonly_paths else _PIN
+        # A pinned directory inside a read-only one stays read-only.
+        readonly = rank == _READONLY or any(is_within(path, r) for r in spec.readonly_paths)
+        option = "--ro-bind-fd" if readonly else "--bind-fd"
+        mounts.append(_Mount(_depth(path), rank, path, (option, str(fd), path)))
     for path in dict.fromkeys(spec.masked_paths):
         # Inside a hidden directory a path is gone already; a mask would only add a mount.
         if path != "/" and not any(is_within(path, h) for h in hidden):
@@ -244,9 +254,56 @@ def mount_plan(spec: CommandSpec) -> list[str]:
     return args
 
 
-def bwrap_argv(bwrap: str, spec: CommandSpec, *, info_fd: int | None = None) -> list[str]:
+def open_anchors(spec: CommandSpec) -> dict[str, int]:
+    """Open every read-only path and pinned directory of `spec` below the writable tree that
+    holds it, one component at a time without following a symlink (`fsaccess`). A path that
+    is gone or changed kind is left out: there is nothing left there to protect. The caller
+    closes the fds once the sandbox has them."""
+    writable = [spec.workspace, *(w for w in spec.write_paths if _is_dir(w))]
+    opened: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys((*spec.pinned_dirs, *spec.readonly_paths)):
+            root = next((w for w in writable if is_within(path, w) and path != w), None)
+            if root is None:
+                continue  # not writable in the sandbox: nothing to pin or protect
+            fd = _open_anchor(root, path)
+            if fd is not None:
+                opened[path] = fd
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        raise
+    return opened
+
+
+def _open_anchor(root: str, path: str) -> int | None:
+    parent, name = os.path.split(path)
+    try:
+        dir_fd = fsaccess.open_directory(root, parent)
+    except (OSError, fsaccess.PathChanged):
+        return None
+    try:
+        fd = fsaccess.open_step(dir_fd, name, os.O_PATH)
+    except (OSError, fsaccess.PathChanged):
+        return None
+    finally:
+        os.close(dir_fd)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return fd
+    os.close(fd)  # a symlink (O_PATH|O_NOFOLLOW opens the link itself) or a special file
+    return None
+
+
+def bwrap_argv(
+    bwrap: str,
+    spec: CommandSpec,
+    *,
+    info_fd: int | None = None,
+    anchors: Mapping[str, int] | None = None,
+) -> list[str]:
     """The whole bubblewrap command line for `spec` (an argv list, never a shell string)."""
-    argv = [bwrap, *_host_view(), *mount_plan(spec)]
+    argv = [bwrap, *_host_view(), *mount_plan(spec, anchors)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not spec.network:
         argv.append("--unshare-net")
@@ -386,8 +443,14 @@ class BwrapRunner:
     def mode(self) -> SandboxMode:
         return SandboxMode.BWRAP
 
-    def argv(self, spec: CommandSpec, *, info_fd: int | None = None) -> list[str]:
-        return bwrap_argv(self.bwrap, spec, info_fd=info_fd)
+    def argv(
+        self,
+        spec: CommandSpec,
+        *,
+        info_fd: int | None = None,
+        anchors: Mapping[str, int] | None = None,
+    ) -> list[str]:
+        return bwrap_argv(self.bwrap, spec, info_fd=info_fd, anchors=anchors)
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
@@ -399,12 +462,14 @@ class BwrapRunner:
         try:
             info_read, info_write = os.pipe2(os.O_CLOEXEC)
             passed.append(info_write)
+            anchors = open_anchors(spec)
+            passed += anchors.values()
             if self.lifeline:
                 lifeline = Lifeline.open()
                 passed += lifeline.passed
                 env.update(lifeline.env)
             child, output, stdin = await spawn(
-                self.argv(spec, info_fd=info_write),
+                self.argv(spec, info_fd=info_write, anchors=anchors),
                 env=env,
                 cwd="/",
                 stdin=spec.stdin,

@@ -38,6 +38,12 @@ class CommandSpec:
     stdin: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
     read_paths: tuple[str, ...] = ()
+    # Files and directories inside writable binds that stay read-only (they make programs run
+    # code: `.git/config`, `.git/hooks`, shell startup files, editor and agent config).
+    readonly_paths: tuple[str, ...] = ()
+    # Directories between a writable tree and a masked path: bound onto themselves so that no
+    # command can rename them and carry a protected file to a name the masks do not cover.
+    pinned_dirs: tuple[str, ...] = ()
 
 
 class CommandStartError(Exception):

@@ -54,7 +54,7 @@ class SupervisedBash:
         Result JSON: the ProcessOutput fields of the new process from cursor 0."""
         # The same re-checks and the same spec as a foreground command, plus stdin.
         try:
-            spec = command_spec(artifact, ctx, self.settings, stdin=True)
+            spec = await command_spec(artifact, ctx, self.settings, stdin=True)
         except CommandRefused as refused:
             return refused.result
         supervisor = self.services.supervisor(ctx)

@@ -338,7 +338,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
                 )
             return await self.background.start(artifact, ctx)
         try:
-            spec = command_spec(artifact, ctx, self.settings)
+            spec = await command_spec(artifact, ctx, self.settings)
         except CommandRefused as refused:
             return refused.result
         try:

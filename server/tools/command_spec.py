@@ -5,9 +5,11 @@ hides and masks."""
 from __future__ import annotations
 
 import os
-from collections import deque
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+import anyio.to_thread
 
 from ..core.errors import InvalidArgument
 from ..core.models import (
@@ -19,10 +21,10 @@ from ..core.tool import ToolContext
 from ..sandbox.runner import (
     CommandSpec,
 )
+from ..sandbox.tree_scan import ScanOverBudget, TreeExposure, scan_tree
 from .bash_artifact import BashArtifact, PathDeclaration
 from .command_output import KILL_GRACE_SECONDS
 from .files import display
-from .search_walk import NOISE_NAMES
 
 # How far below the workspace (and declared trees) protected paths are looked for and masked.
 MASK_MAX_DEPTH = 4
@@ -30,7 +32,17 @@ MASK_MAX_ENTRIES = 2000
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Set for every command; config passthrough cannot replace them.
 FIXED_ENV_NAMES = frozenset(
-    {"PATH", "HOME", "TMPDIR", "LANG", "TERM", "PAGER", "GIT_PAGER", "GIT_TERMINAL_PROMPT"}
+    {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "TERM",
+        "PAGER",
+        "GIT_PAGER",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_CONFIG_GLOBAL",
+    }
 )
 
 
@@ -83,52 +95,6 @@ def _recheck_declaration(declaration: PathDeclaration, ctx: ToolContext, kind: s
         )
 
 
-def protected_below(
-    root: str,
-    protected: ProtectedPaths,
-    *,
-    max_depth: int = MASK_MAX_DEPTH,
-    max_entries: int = MASK_MAX_ENTRIES,
-) -> list[str]:
-    """Protected paths below canonical `root`, breadth first, at most `max_depth` levels and
-    `max_entries` entries deep (noise directories such as `.git` are not entered). A symlink
-    whose target is protected yields its canonical target."""
-    found: list[str] = []
-    if protected.is_protected(root):
-        return [root]
-    queue: deque[tuple[str, int]] = deque([(root, 0)])
-    seen = 0
-    while queue:
-        directory, depth = queue.popleft()
-        try:
-            entries = os.scandir(directory)
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                seen += 1
-                if seen > max_entries:
-                    return found
-                path = entry.path
-                try:
-                    if entry.is_symlink():
-                        target = os.path.realpath(path)
-                        if protected.is_protected(target) and os.path.exists(target):
-                            found.append(target)
-                        continue
-                    if protected.is_protected(path):
-                        found.append(path)
-                    elif (
-                        depth + 1 < max_depth
-                        and entry.name not in NOISE_NAMES
-                        and entry.is_dir(follow_symlinks=False)
-                    ):
-                        queue.append((path, depth + 1))
-                except OSError:
-                    continue
-    return found
-
-
 def _private_dirs(ctx: ToolContext) -> tuple[str, str]:
     private = ctx.resources.private_dir()
     home, tmp = private / "home", private / "tmp"
@@ -149,15 +115,16 @@ def command_env(home: str, tmp: str, settings: CommandSettings) -> dict[str, str
         PAGER="cat",
         GIT_PAGER="cat",
         GIT_TERMINAL_PROMPT="0",
+        # Git's global config would be the session's writable HOME/.gitconfig: a command could
+        # plant `core.fsmonitor` or `core.pager` there and an allowed `git status` would run it.
+        GIT_CONFIG_GLOBAL="/dev/null",
     )
     return env
 
 
-def command_spec(
-    artifact: BashArtifact, ctx: ToolContext, settings: CommandSettings, *, stdin: bool = False
-) -> CommandSpec:
-    """Re-check a frozen call against the filesystem as it is now and describe the command to
-    start. Raises CommandRefused (with the result to return) when it may not run as approved."""
+def _recheck(artifact: BashArtifact, ctx: ToolContext) -> str:
+    """The working directory, and every declaration, still resolve as approved: returns the
+    working directory; raises CommandRefused otherwise."""
     workdir: str | None
     try:
         workdir = ctx.workspace.resolve(artifact.workdir_arg or ".", "workdir")
@@ -175,6 +142,16 @@ def command_spec(
         _recheck_declaration(declaration, ctx, "read")
     for declaration in artifact.write:
         _recheck_declaration(declaration, ctx, "write")
+    return workdir
+
+
+async def command_spec(
+    artifact: BashArtifact, ctx: ToolContext, settings: CommandSettings, *, stdin: bool = False
+) -> CommandSpec:
+    """Re-check a frozen call against the filesystem as it is now and describe the command to
+    start. Raises CommandRefused (with the result to return) when it may not run as approved,
+    or when the trees it sees cannot be checked for secrets within the time budget."""
+    workdir = _recheck(artifact, ctx)
     home, tmp = _private_dirs(ctx)
     protected = ctx.workspace.protected
     root = ctx.workspace.root
@@ -185,10 +162,10 @@ def command_spec(
     # The server user's home is hidden unless the workspace is that home or holds it: what a
     # session's workspace holds is the session's to see (its secrets are masked like any).
     hidden = [*protected.roots, *(d for d in settings.hidden_dirs if not is_within(d, root))]
-    masked = [*settings.masked_paths, *protected_below(root, protected)]
-    for declaration in (*reads, *writes):
-        if declaration.is_tree:
-            masked += protected_below(declaration.path, protected)
+    trees = [root, *(d.path for d in (*reads, *writes) if d.is_tree)]
+    exposure = await scan_for_sandbox(trees, protected, ctx.limits.scan_seconds)
+    # A declared file outside the workspace that is itself protected is refused at Prepare;
+    # masks cover what the trees hold.
     return CommandSpec(
         command=artifact.command,
         workdir=workdir,
@@ -199,7 +176,58 @@ def command_spec(
         write_paths=tuple(d.path for d in writes),
         read_paths=tuple(d.path for d in reads),
         network=bool(artifact.network),
-        masked_paths=tuple(dict.fromkeys(masked)),
+        masked_paths=tuple(dict.fromkeys([*settings.masked_paths, *exposure.masked])),
+        readonly_paths=tuple(dict.fromkeys(exposure.readonly)),
+        pinned_dirs=pinned_dirs(
+            [root, *(d.path for d in writes if d.is_tree)],
+            [*exposure.masked, *exposure.readonly],
+        ),
         hidden_dirs=tuple(dict.fromkeys(hidden)),
         stdin=stdin,
     )
+
+
+def pinned_dirs(writable: list[str], protected: list[str]) -> tuple[str, ...]:
+    """Every directory strictly between a writable tree and a path it holds that is masked or
+    read-only. Renaming such a directory would carry the protected path to a name the next
+    sandbox's masks do not cover (mounts follow their directory); bound onto themselves, they
+    cannot be renamed (EBUSY) in any sandbox started while the protected path exists."""
+    pins: dict[str, None] = {}
+    for path in protected:
+        for tree in writable:
+            if path == tree or not is_within(path, tree):
+                continue
+            parent = os.path.dirname(path)
+            while parent != tree and is_within(parent, tree):
+                pins[parent] = None
+                parent = os.path.dirname(parent)
+    return tuple(sorted(pins))
+
+
+async def scan_for_sandbox(
+    trees: list[str], protected: ProtectedPaths, seconds: float
+) -> TreeExposure:
+    """Walk every tree a sandbox will show (in a worker thread: a large tree takes a while) and
+    merge what must be masked or made read-only. Raises CommandRefused past `seconds`."""
+
+    def scan_all() -> TreeExposure:
+        deadline = time.monotonic() + seconds
+        merged = TreeExposure()
+        for tree in dict.fromkeys(trees):
+            found = scan_tree(tree, protected, seconds=max(deadline - time.monotonic(), 0))
+            merged.masked += found.masked
+            merged.readonly += found.readonly
+            merged.protected_inodes |= found.protected_inodes
+            merged.entries += found.entries
+        return merged
+
+    try:
+        return await anyio.to_thread.run_sync(scan_all)
+    except ScanOverBudget:
+        raise CommandRefused(
+            ToolResult.error(
+                "scan_timed_out",
+                f"The workspace could not be checked for secrets within {seconds:g} seconds, so "
+                "nothing was run; use a smaller workspace or raise tools.scan_seconds.",
+            )
+        ) from None

@@ -129,7 +129,7 @@ async def test_an_invoke_whose_caller_is_cancelled_cancels_the_call(tmp_path: Pa
     """Cancelling the caller of a stream Invoke cancels the running call, as over unary."""
     slow = Slow(anyio.Event())
     request_id = str(uuid.uuid4())
-    async with serve(tmp_path, tools=[slow]) as harness, _client(harness) as client:
+    async with serve(tmp_path, extra_tools=[slow]) as harness, _client(harness) as client:
         with anyio.fail_after(5):
             session = await client.open_session()
             call = await session.prepare("Slow", {}, evaluate=True)
@@ -149,7 +149,7 @@ async def test_a_broken_stream_fails_an_unanswered_invoke_and_the_next_operation
     """An Invoke without a request ID in flight when the connection drops is not sent again:
     it fails with ServerUnavailableError; the next operation opens a new stream."""
     slow = Slow(anyio.Event())
-    async with serve(tmp_path, tools=[slow]) as harness, forward(harness.tcp_target) as proxy:
+    async with serve(tmp_path, extra_tools=[slow]) as harness, forward(harness.tcp_target) as proxy:
         (harness.workspace / "README.md").write_text(README)
         async with CallgateClient(proxy.target, token=harness.tokens["agent"]) as client:
             with anyio.fail_after(5):
@@ -181,7 +181,7 @@ async def test_an_invoke_with_a_request_id_is_sent_once_more_after_the_stream_br
     answered with the original run's outcome, never run twice."""
     slow = Slow(anyio.Event())
     async with (
-        serve(tmp_path, tools=[slow]) as harness,
+        serve(tmp_path, extra_tools=[slow]) as harness,
         forward(harness.tcp_target) as proxy,
         CallgateClient(proxy.target, token=harness.tokens["agent"]) as client,
     ):

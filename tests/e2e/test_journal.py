@@ -110,7 +110,7 @@ async def test_journal_records_a_session_in_order_without_secrets(tmp_path: Path
 async def test_call_invoked_is_committed_before_the_tool_runs(tmp_path: Path) -> None:
     """The tool finds its own call.invoked row already in the database when it starts."""
     probe = JournalProbe(tmp_path / "state")
-    async with serve(tmp_path, tools=[probe]) as harness:
+    async with serve(tmp_path, extra_tools=[probe]) as harness:
         stub = harness.stub()
         session = await open_session(stub)
         response = await run(stub, session, "JournalProbe", {})

@@ -345,7 +345,7 @@ async def test_half_closing_answers_the_operations_in_flight_then_ends_ok(
 async def test_abandoning_the_stream_cancels_its_running_invocation(tmp_path: Path) -> None:
     """A stream cancelled by the client mid-Invoke leaves the call CANCELLED, its tool stopped."""
     slow = Slow(anyio.Event())
-    async with serve(tmp_path, tools=[slow]) as harness:
+    async with serve(tmp_path, extra_tools=[slow]) as harness:
         stub = harness.stub()
         with anyio.fail_after(5):
             session = await open_session(stub)

@@ -95,10 +95,10 @@ class Harness:
 
 @asynccontextmanager
 async def serve(
-    tmp_path: Path, tools: Iterable[AnyTool] = (), **overrides: Any
+    tmp_path: Path, extra_tools: Iterable[AnyTool] = (), **overrides: Any
 ) -> AsyncIterator[Harness]:
-    """Start a server with a fresh workspace and state dir under `tmp_path`, offering `tools`
-    (test tools such as `Slow`) besides its own."""
+    """Start a server with a fresh workspace and state dir under `tmp_path`, offering
+    `extra_tools` (test tools such as `Slow`) besides its own; `overrides` are config keys."""
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     state_dir = tmp_path / "state"
@@ -112,7 +112,7 @@ async def serve(
     settings.update(overrides)
     config = load_config(None, settings, environ={})
     app = App(config)
-    for tool in tools:
+    for tool in extra_tools:
         app.tools.register(tool)
     channels: list[grpc.aio.Channel] = []
     try:
