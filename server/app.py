@@ -256,7 +256,9 @@ class App:
         self.board = ApprovalBoard()
         self.tools = ToolRegistry(
             [
-                *file_tools(rg),
+                *file_tools(
+                    rg, self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None
+                ),
                 *command_tools(self.runner, self.command_settings, background),
                 *process_tools(self.processes),
                 *ask_tools(self.board, config.ask.timeout_seconds, headless),

@@ -157,3 +157,39 @@ def _symlink_target(path: str, protected: ProtectedPaths, found: TreeExposure) -
         except OSError:
             return
         found.masked.append(target)
+
+
+class LinkGuard:
+    """Answers whether an open regular file is another name (a hard link) of a protected file.
+    A file with one name is answered at once (its name was checked already); the first file
+    with several names costs one walk of the workspace, kept for the rest of the tool call.
+    A walk over its budget answers True: such a file is not read (fail closed)."""
+
+    def __init__(
+        self,
+        root: str,
+        protected: ProtectedPaths,
+        seconds: float = DEFAULT_SCAN_SECONDS,
+        exposure: TreeExposure | None = None,
+    ) -> None:
+        self._root = root
+        self._protected = protected
+        self._seconds = seconds
+        self._exposure = exposure
+        self._over_budget = False
+
+    def needs_walk(self, info: os.stat_result) -> bool:
+        """True when answering for `info` will walk the tree (call it off the event loop)."""
+        return info.st_nlink > 1 and self._exposure is None and not self._over_budget
+
+    def is_protected(self, info: os.stat_result) -> bool:
+        if info.st_nlink <= 1:
+            return False
+        if self._exposure is None and not self._over_budget:
+            try:
+                self._exposure = scan_tree(self._root, self._protected, seconds=self._seconds)
+            except ScanOverBudget:
+                self._over_budget = True
+        return self._over_budget or (
+            self._exposure is not None and self._exposure.is_protected_inode(info)
+        )

@@ -18,10 +18,11 @@ from .skill import Skill
 from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 
 
-def file_tools(rg_path: str | None) -> list[ToolPlugin]:
+def file_tools(rg_path: str | None, bwrap_path: str | None = None) -> list[ToolPlugin]:
     """ReadFile, WriteFile, EditFile, Glob and Grep. `rg_path` is the ripgrep executable
-    Grep runs, or None for its pure-Python search (same output, slower)."""
-    return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path)]
+    Grep runs confined by bubblewrap at `bwrap_path`; without both, Grep searches in Python
+    (same output, slower)."""
+    return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path, bwrap_path)]
 
 
 def process_tools(services: ProcessServices) -> list[ToolPlugin]:

@@ -31,6 +31,7 @@ from callgate.server.core.models import (
 )
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
+from ..sandbox.tree_scan import LinkGuard
 from . import fsaccess
 from .fsaccess import PathChanged
 
@@ -342,6 +343,10 @@ class ReadFile(Tool[ReadFileArguments, ReadFileArtifact]):
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 return ToolResult.error("not_a_file", f"{rel} is not a regular file.")
+            if info.st_nlink > 1 and await _is_protected_link(ctx, info):
+                return ToolResult.error(
+                    "read_denied", f"{rel} is a protected path and is never read."
+                )
             read = functools.partial(
                 read_excerpt,
                 fd,
@@ -369,6 +374,13 @@ class ReadFile(Tool[ReadFileArguments, ReadFileArtifact]):
             text=_render_excerpt(excerpt, rel, ctx.limits.read_max_bytes),
             omitted_bytes=excerpt.omitted_bytes,
         )
+
+
+async def _is_protected_link(ctx: ToolContext, info: os.stat_result) -> bool:
+    """A file with several names may be another name of a secret: one walk of the workspace
+    (off the event loop) finds out; a walk over its budget counts as protected."""
+    guard = LinkGuard(ctx.workspace.root, ctx.workspace.protected, ctx.limits.scan_seconds)
+    return await anyio.to_thread.run_sync(guard.is_protected, info)
 
 
 # Writing -------------------------------------------------------------------------------------

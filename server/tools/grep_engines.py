@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import os
 import re
 import signal
@@ -24,6 +25,8 @@ from ..core.models import (
 )
 from ..core.paths import ProtectedPaths
 from ..core.tool import ToolContext
+from ..sandbox.helper_view import helper_argv
+from ..sandbox.tree_scan import LinkGuard
 from . import fsaccess
 from .files import INLINE_READ_BYTES
 from .fsaccess import PathChanged
@@ -43,6 +46,8 @@ from .search_walk import (
 if TYPE_CHECKING:
     from .grep_tool import GrepArtifact
 
+log = logging.getLogger(__name__)
+
 # Characters that may stand in a protected-path glob handed to ripgrep as an exclusion: with
 # these, ripgrep's glob dialect and ours agree, so ripgrep never excludes more than we do.
 _RG_SAFE_GLOB = re.compile(r"\*\*/[^\[\]{}\\!]+\Z")
@@ -58,6 +63,8 @@ class GrepPlan:
     shown_prefix: str
     glob: GrepGlob | None
     out: GrepOutput
+    # Refuses other names (hard links) of protected files, whatever their own name.
+    links: LinkGuard
     deadline: float
 
     def admissible(self, rel: str) -> bool:
@@ -87,7 +94,7 @@ def python_search(plan: GrepPlan, regex: re.Pattern[str]) -> None:
         except (OSError, PathChanged):
             return
         try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
+            if _readable(fd, plan):
                 scan_file(fd, plan.shown_prefix, is_hit, plan.out, plan.deadline)
         finally:
             os.close(fd)
@@ -111,7 +118,7 @@ def python_search(plan: GrepPlan, regex: re.Pattern[str]) -> None:
                 except (OSError, PathChanged):
                     continue
                 try:
-                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                    if _readable(fd, plan):
                         scan_file(fd, plan.shown_prefix + rel, is_hit, plan.out, plan.deadline)
                 finally:
                     os.close(fd)
@@ -119,6 +126,12 @@ def python_search(plan: GrepPlan, regex: re.Pattern[str]) -> None:
                     return
     finally:
         os.close(top_fd)
+
+
+def _readable(fd: int, plan: GrepPlan) -> bool:
+    """A regular file that is not another name of a protected file (called in a worker)."""
+    info = os.fstat(fd)
+    return stat.S_ISREG(info.st_mode) and not plan.links.is_protected(info)
 
 
 def _rg_exclusions(protected: ProtectedPaths) -> list[str]:
@@ -140,8 +153,10 @@ async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
 
 
 async def search_with_ripgrep(
-    rg_path: str, artifact: GrepArtifact, plan: GrepPlan
+    rg_path: str, bwrap_path: str, artifact: GrepArtifact, plan: GrepPlan, masked: list[str]
 ) -> ToolResult | None:
+    """Run ripgrep confined to a view of the searched tree with `masked` covered
+    (`helper_view`): a path it opens by name can never lead outside that tree."""
     max_count = artifact.max_matches + 1
     argv = [
         rg_path,
@@ -161,29 +176,43 @@ async def search_with_ripgrep(
         f"--max-count={max_count}",
         "--ignore-case" if artifact.ignore_case else "--case-sensitive",
     ]
-    if plan.is_directory:
-        if plan.glob is not None:
-            argv += [f"--glob={g}" for g in plan.glob.expansions]
-        # Exclusions last: a later glob wins, so a user glob cannot re-include them.
-        argv += _rg_exclusions(plan.ctx.workspace.protected)
-        cwd, operand = plan.target, "."
-    else:
-        cwd, name = os.path.split(plan.target)
-        operand = "./" + name
+    root = plan.ctx.workspace.root
+    if not os.access(rg_path, os.X_OK):
+        # ripgrep vanished since start-up: the Python engine gives the same answer.
+        await search_in_python(artifact, plan)
+        return None
+    try:
+        if plan.is_directory:
+            if plan.glob is not None:
+                argv += [f"--glob={g}" for g in plan.glob.expansions]
+            # Exclusions last: a later glob wins, so a user glob cannot re-include them.
+            argv += _rg_exclusions(plan.ctx.workspace.protected)
+            cwd, operand = plan.target, "."
+            tree_fd = fsaccess.open_directory(root, plan.target)
+        else:
+            cwd, name = os.path.split(plan.target)
+            operand = "./" + name
+            tree_fd = fsaccess.open_beneath(root, plan.target, os.O_PATH)
+    except (OSError, PathChanged):
+        return None  # gone or swapped since the checks: nothing of it is searched
     argv += ["--", artifact.pattern, operand]
+    argv = helper_argv(bwrap_path, plan.target, tree_fd, masked, cwd, argv)
     try:
         process = await anyio.open_process(
             argv,
-            cwd=cwd,
+            cwd="/",
             env={"LC_ALL": "C"},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(tree_fd,),
         )
     except OSError:
-        # ripgrep vanished since start-up: the Python engine gives the same answer.
+        # bubblewrap vanished since start-up: the Python engine gives the same answer.
         await search_in_python(artifact, plan)
         return None
+    finally:
+        os.close(tree_fd)
     errors = bytearray()
     ending = _Ending.DONE
     try:
@@ -201,6 +230,11 @@ async def search_with_ripgrep(
             await process.aclose()
     if scope.cancelled_caught or ending is _Ending.TIMED_OUT:
         raise SearchTimedOut
+    if ending is _Ending.DONE and bytes(errors).startswith(b"bwrap:"):
+        log.error("the confined search did not start", extra={"detail": bytes(errors[:200])})
+        return ToolResult.error(
+            "sandbox_failed", "The confined search could not start; nothing was searched."
+        )
     if (
         ending is _Ending.DONE
         and process.returncode == 2
@@ -266,6 +300,12 @@ async def _ripgrep_file(path: bytes, hits: list[int], plan: GrepPlan) -> bool:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
+            return False
+        if plan.links.needs_walk(info):
+            protected = await anyio.to_thread.run_sync(plan.links.is_protected, info)
+        else:
+            protected = plan.links.is_protected(info)
+        if protected:
             return False
         if info.st_size <= INLINE_READ_BYTES:
             scan_file(fd, shown, is_hit, plan.out, plan.deadline)

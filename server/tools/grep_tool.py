@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from dataclasses import replace
 from typing import Annotated, ClassVar
 
+import anyio.to_thread
 from pydantic import Field
 
 from ..core.errors import arguments_invalid
@@ -16,6 +19,7 @@ from ..core.models import (
     ToolResult,
 )
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ..sandbox.tree_scan import LinkGuard, ScanOverBudget, scan_tree
 from .files import changed_result, display, resolution_changed
 from .grep_engines import GrepPlan, search_in_python, search_with_ripgrep
 from .grep_scan import GrepOutput, grep_result
@@ -71,9 +75,12 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
     artifact: ClassVar[type[Artifact]] = GrepArtifact
     requirement_kinds: ClassVar[tuple[str, ...]] = (RequirementKind.FILESYSTEM_READ.value,)
 
-    def __init__(self, rg_path: str | None) -> None:
-        """`rg_path` is the ripgrep executable, or None to always search in Python."""
-        self.rg_path = rg_path
+    def __init__(self, rg_path: str | None, bwrap_path: str | None = None) -> None:
+        """`rg_path` is the ripgrep executable and `bwrap_path` bubblewrap, which confines it;
+        without both Grep searches in Python (same output, slower): ripgrep opens paths by name,
+        so it never runs with the server's authority over a workspace an agent can change."""
+        self.rg_path = rg_path if bwrap_path is not None else None
+        self.bwrap_path = bwrap_path
 
     def prepare_args(self, args: GrepArguments, ctx: ToolContext) -> Prepared:
         try:
@@ -154,13 +161,14 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
                 context=artifact.context_lines,
             ),
             deadline=time.monotonic() + timeout,
+            links=LinkGuard(workspace.root, workspace.protected, ctx.limits.scan_seconds),
         )
         try:
             failure = None
-            if self.rg_path is None:
+            if self.rg_path is None or self.bwrap_path is None:
                 await search_in_python(artifact, plan)
             else:
-                failure = await search_with_ripgrep(self.rg_path, artifact, plan)
+                failure = await self._search_confined(self.rg_path, self.bwrap_path, artifact, plan)
         except SearchTimedOut:
             return ToolResult.error(
                 "timed_out",
@@ -170,3 +178,27 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
         if failure is not None:
             return failure
         return grep_result(plan.out, rel)
+
+    async def _search_confined(
+        self, rg_path: str, bwrap_path: str, artifact: GrepArtifact, plan: GrepPlan
+    ) -> ToolResult | None:
+        """ripgrep in a view of the searched tree whose secrets, and other names of them, are
+        masked: one walk of the workspace finds both (and answers the hard-link checks of the
+        server's own reads)."""
+        workspace = plan.ctx.workspace
+        seconds = plan.ctx.limits.scan_seconds
+        try:
+            exposure = await anyio.to_thread.run_sync(
+                functools.partial(scan_tree, workspace.root, workspace.protected, seconds=seconds)
+            )
+        except ScanOverBudget:
+            return ToolResult.error(
+                "scan_timed_out",
+                f"The workspace could not be checked for secrets within {seconds:g} seconds, so "
+                "nothing was searched; use a smaller workspace or raise tools.scan_seconds.",
+            )
+        confined = replace(
+            plan,
+            links=LinkGuard(workspace.root, workspace.protected, seconds, exposure),
+        )
+        return await search_with_ripgrep(rg_path, bwrap_path, artifact, confined, exposure.masked)

@@ -23,8 +23,13 @@ def test_file_tools_are_the_five_file_tools_and_register() -> None:
         assert all("description" in field for field in schema["properties"].values())
 
 
-def test_grep_gets_the_ripgrep_path_it_was_given() -> None:
-    """The catalog hands the configured ripgrep path (or None) to Grep."""
-    for rg_path in ("/usr/bin/rg", None):
-        [grep] = [tool for tool in file_tools(rg_path) if isinstance(tool, Grep)]
-        assert grep.rg_path == rg_path
+def test_grep_runs_ripgrep_only_when_it_can_confine_it() -> None:
+    """The catalog hands the ripgrep and bubblewrap paths to Grep; without bubblewrap ripgrep
+    is not used at all (the Python engine opens every file without following symlinks)."""
+    for rg_path, bwrap, expected in [
+        ("/usr/bin/rg", "/usr/bin/bwrap", "/usr/bin/rg"),
+        ("/usr/bin/rg", None, None),
+        (None, "/usr/bin/bwrap", None),
+    ]:
+        [grep] = [tool for tool in file_tools(rg_path, bwrap) if isinstance(tool, Grep)]
+        assert grep.rg_path == expected

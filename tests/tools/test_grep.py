@@ -16,13 +16,24 @@ from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import ToolContext, ToolLimits
 from callgate.server.tools.grep_tool import Grep, GrepArtifact
 from callgate.server.tools.search_patterns import compile_grep_regex
+from tests.support.sandbox import bwrap_path
 from tests.tools.conftest import RG_PATH
 from tests.tools.drive import execute, invalid_field, make_context
 from tests.tools.strategies import build_tree, file_trees, grep_options, grep_patterns
 
 pytestmark = pytest.mark.anyio
 
-needs_rg = pytest.mark.skipif(RG_PATH is None, reason="ripgrep is not installed")
+BWRAP_PATH = bwrap_path()
+# ripgrep runs only confined (bubblewrap); without either, Grep searches in Python.
+needs_rg = pytest.mark.skipif(
+    RG_PATH is None or BWRAP_PATH is None, reason="ripgrep or bubblewrap is not available"
+)
+
+
+def confined_rg(rg: str | None = RG_PATH) -> Grep:
+    assert rg is not None
+    assert BWRAP_PATH is not None
+    return Grep(rg, BWRAP_PATH)
 
 
 @pytest.fixture(params=["ripgrep", "python"])
@@ -30,9 +41,9 @@ def grep(request: pytest.FixtureRequest) -> Grep:
     """Grep with each engine; every behaviour test runs against both."""
     if request.param == "python":
         return Grep(None)
-    if RG_PATH is None:
-        pytest.skip("ripgrep is not installed")
-    return Grep(RG_PATH)
+    if RG_PATH is None or BWRAP_PATH is None:
+        pytest.skip("ripgrep or bubblewrap is not available")
+    return confined_rg()
 
 
 def make_files(root: Path, files: dict[str, str | bytes]) -> None:
@@ -243,7 +254,9 @@ async def test_grep_falls_back_to_python_when_ripgrep_is_missing(
 ) -> None:
     """A ripgrep path that does not run gives the Python engine's answer."""
     make_files(workspace, {"a.txt": "x\n"})
-    result = await execute(Grep("/nonexistent/rg"), {"pattern": "x"}, ctx)
+    if BWRAP_PATH is None:
+        pytest.skip("bubblewrap is not available")
+    result = await execute(confined_rg("/nonexistent/rg"), {"pattern": "x"}, ctx)
     assert result.text == "a.txt:1:x"
 
 
@@ -389,7 +402,7 @@ async def _both_engines(
 ) -> tuple[ToolResult, ToolResult]:
     assert RG_PATH is not None
     ctx = make_context(root, limits=limits)
-    with_rg = await execute(Grep(RG_PATH), arguments, ctx)
+    with_rg = await execute(confined_rg(), arguments, ctx)
     in_python = await execute(Grep(None), arguments, ctx)
     return with_rg, in_python
 
@@ -454,5 +467,5 @@ async def test_a_pattern_ripgrep_refuses_at_run_is_pattern_unsupported(
         context_lines=0,
         max_matches=200,
     )
-    result = await Grep(RG_PATH).invoke(artifact, ctx)
+    result = await confined_rg().invoke(artifact, ctx)
     assert result.error_code == "pattern_unsupported"
