@@ -49,12 +49,16 @@ RUN groupadd --gid 10001 callgate \
  && chmod 0700 /state
 
 # /workspace: the files the agent works on (shared with the agent container).
-# /state: tokens, journal, approvals (keep it; it is the server's durable state).
+# /state: tokens, journal, approvals in /state/callgate (keep it; it is the server's durable
+# state). A subdirectory, because the server refuses a state directory it does not own and
+# cannot make 0700, which is what a Kubernetes emptyDir or fsGroup volume root is (root-owned).
 # /run/callgate: the Unix socket (shared with the agent container; socket mode 0660).
 VOLUME ["/workspace", "/state", "/run/callgate"]
 
-# Where `callgate health`, `tools`, `call`, `approvals` and the Python client connect.
-ENV CALLGATE_TARGET=unix:///run/callgate/callgate.sock
+# Where `callgate health`, `tools`, `call`, `approvals` and the Python client connect, and
+# where they find the generated tokens.
+ENV CALLGATE_TARGET=unix:///run/callgate/callgate.sock \
+    CALLGATE_STATE_DIR=/state/callgate
 
 WORKDIR /workspace
 USER 10001:10001
@@ -63,4 +67,4 @@ HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 \
   CMD ["callgate", "health", "--target", "unix:///run/callgate/callgate.sock"]
 
 ENTRYPOINT ["callgate"]
-CMD ["serve", "--listen", "unix:///run/callgate/callgate.sock", "--workspace", "/workspace", "--state-dir", "/state"]
+CMD ["serve", "--listen", "unix:///run/callgate/callgate.sock", "--workspace", "/workspace", "--state-dir", "/state/callgate"]

@@ -34,7 +34,9 @@ install-system:
 $(BUF):
 	mkdir -p .tools && npm install --silent --prefix .tools @bufbuild/buf@$(BUF_VERSION) >/dev/null
 
-# Install and start the server on its embedded defaults (unix socket under ./.callgate and 127.0.0.1:50051).
+# Install and start the server on its embedded defaults: this directory as the workspace, the
+# per-user state directory ($XDG_STATE_HOME/callgate or ~/.local/state/callgate: tokens, journal,
+# the unix socket) outside it, and 127.0.0.1:50051. The CLI finds the socket and tokens there.
 run: install install-system
 	$(VENV)/bin/callgate serve
 

@@ -1,6 +1,7 @@
 """Async Python client of callgate: sessions and the Prepare -> Approve -> Invoke lifecycle.
 
-async with CallgateClient("unix:///run/callgate.sock", token=default_token(state_dir)) as client:
+target = f"unix://{default_state_dir() / 'callgate.sock'}"
+async with CallgateClient(target, token=default_token()) as client:
     async with client.open_session() as session:
         tools = [spec.to_anthropic() for spec in await session.tools()]
         result = await session.run("ReadFile", {"path": "README.md"})
@@ -18,6 +19,7 @@ from callgate.client.connection import (
     MAX_MESSAGE_BYTES,
     CallgateClient,
     OpeningSession,
+    default_state_dir,
     default_token,
 )
 from callgate.client.errors import (
@@ -128,6 +130,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "anthropic_tools",
+    "default_state_dir",
     "default_token",
     "encode_arguments",
     "openai_tools",

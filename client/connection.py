@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +30,13 @@ from callgate.v1 import (
 if TYPE_CHECKING:
     from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
 
-__all__ = ["MAX_MESSAGE_BYTES", "CallgateClient", "OpeningSession", "default_token"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "CallgateClient",
+    "OpeningSession",
+    "default_state_dir",
+    "default_token",
+]
 
 MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
 """The largest message sent or received, the same as the server's limit."""
@@ -60,10 +67,26 @@ _RETRIED_METHODS: Final = (
 _RETRIED_APPROVAL_METHODS: Final = ("WatchApprovals", "ListRules")
 
 
-def default_token(state_dir: str | os.PathLike[str] = ".callgate", role: str = "agent") -> str:
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where `callgate serve` keeps its state (tokens, socket) when not told otherwise:
+    `$CALLGATE_STATE_DIR`, else `$XDG_STATE_HOME/callgate`, else `~/.local/state/callgate`."""
+    env = os.environ if environ is None else environ
+    if env.get("CALLGATE_STATE_DIR"):
+        return Path(env["CALLGATE_STATE_DIR"]).expanduser()
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg.startswith("/"):  # the XDG spec ignores a relative value
+        return Path(xdg) / "callgate"
+    home = env.get("HOME", "")
+    if not home.startswith("/"):
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    return Path(home) / ".local" / "state" / "callgate"
+
+
+def default_token(state_dir: str | os.PathLike[str] | None = None, role: str = "agent") -> str:
     """The token the server created for `role` ("agent", "approver" or "admin") in
-    `<state_dir>/tokens/<role>` on first start."""
-    return _read_token(Path(state_dir) / "tokens" / role)
+    `<state_dir>/tokens/<role>` on first start (state_dir: `default_state_dir()`)."""
+    directory = default_state_dir() if state_dir is None else Path(state_dir)
+    return _read_token(directory / "tokens" / role)
 
 
 def _read_token(path: Path) -> str:

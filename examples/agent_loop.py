@@ -34,6 +34,7 @@ from callgate.client import (
     CallgateClient,
     CallgateClientError,
     anthropic_tools,
+    default_state_dir,
     run_anthropic_tool_use,
 )
 
@@ -149,16 +150,17 @@ def _copy_sample(workspace: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    state_dir = default_state_dir()
     parser.add_argument(
         "--target",
-        default=os.environ.get("CALLGATE_TARGET")
-        or f"unix://{Path('.callgate/callgate.sock').resolve()}",
-        help="server address (default: $CALLGATE_TARGET or ./.callgate/callgate.sock)",
+        default=os.environ.get("CALLGATE_TARGET") or f"unix://{state_dir / 'callgate.sock'}",
+        help="server address (default: $CALLGATE_TARGET or the socket in the server's default "
+        "state directory, ~/.local/state/callgate/callgate.sock)",
     )
     parser.add_argument(
         "--token-file",
-        default=".callgate/tokens/agent",
-        help="the agent token (default: ./.callgate/tokens/agent)",
+        default=str(state_dir / "tokens" / "agent"),
+        help="the agent token (default: tokens/agent in that state directory)",
     )
     parser.add_argument(
         "--workspace",

@@ -20,7 +20,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from callgate.server.config import ConfigError, ServerConfig
+from callgate.server import state_directory
+from callgate.server.config import ConfigError, ServerConfig, default_state_dir
 from callgate.server.core.approvals import Approvals
 from callgate.server.core.audit import Audit
 from callgate.server.core.board import ApprovalBoard
@@ -210,7 +211,11 @@ def _lock_state_dir(state_dir: Path) -> int:
     """Hold `<state_dir>/lock` exclusively for as long as this server lives: two servers on
     one state directory would share the journal's sequence, abandon each other's calls and
     remove each other's session files."""
-    fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(
+        state_dir / "lock",
+        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        state_directory.FILE_MODE,
+    )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -231,8 +236,22 @@ class App:
         self.workspace = config.workspace_path()
         if not self.workspace.is_dir():
             raise ConfigError(f"config key workspace: {self.workspace} is not a directory")
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        allowed = [Path(os.path.realpath(Path(r).expanduser())) for r in config.allowed_roots]
+        state_directory.check_placement(
+            self.state_dir,
+            [
+                ("workspace", self.workspace),
+                *((f"allowed_roots.{i}", root) for i, root in enumerate(allowed)),
+            ],
+            suggestion=default_state_dir(os.environ).resolve(),
+        )
+        state_directory.prepare(self.state_dir)
         self._lock_fd: int | None = _lock_state_dir(self.state_dir)
+        (self.state_dir / state_directory.SESSIONS).mkdir(
+            mode=state_directory.DIRECTORY_MODE, exist_ok=True
+        )
+        state_directory.create_private_file(self.state_dir / JOURNAL_DB)
+        state_directory.create_private_file(self.state_dir / RULES_DB)
         self.authenticator: TokenAuthenticator
         self.authenticator, self.token_dir = load_authenticator(config, self.state_dir)
         self.sandbox = detect_sandbox(config.sandbox)
@@ -272,10 +291,7 @@ class App:
             if config.metrics_listen
             else None
         )
-        roots = [
-            str(self.workspace),
-            *(str(Path(r).expanduser().resolve()) for r in config.allowed_roots),
-        ]
+        roots = [str(self.workspace), *(str(root) for root in allowed)]
         self.lifecycle = Lifecycle(
             LifecycleSettings(
                 default_workspace=str(self.workspace),

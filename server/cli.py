@@ -16,7 +16,17 @@ from typing import Any
 
 import anyio
 
-DEFAULT_STATE_DIR = ".callgate"
+STATE_DIR_HELP = (
+    "state directory (default: $CALLGATE_STATE_DIR, else $XDG_STATE_HOME/callgate, "
+    "else ~/.local/state/callgate)"
+)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    """--state-dir, else where `callgate serve` puts it with this environment."""
+    from callgate.client import default_state_dir
+
+    return Path(args.state_dir) if args.state_dir else default_state_dir()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -71,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _client_settings(args: argparse.Namespace) -> tuple[str, str]:
-    state_dir = Path(args.state_dir or DEFAULT_STATE_DIR)
+    state_dir = _state_dir(args)
     target = (
         args.target
         or os.environ.get("CALLGATE_TARGET")
@@ -324,7 +334,7 @@ def _health(args: argparse.Namespace) -> int:
     target, _ = (
         args.target
         or os.environ.get("CALLGATE_TARGET")
-        or f"unix://{Path(args.state_dir or DEFAULT_STATE_DIR).resolve() / 'callgate.sock'}",
+        or f"unix://{_state_dir(args).resolve() / 'callgate.sock'}",
         "",
     )
 
@@ -383,7 +393,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
         "--listen", action="append", help="unix:///path.sock or host:port (repeatable)"
     )
     serve.add_argument("--workspace", help="the default workspace (also an allowed root)")
-    serve.add_argument("--state-dir", dest="state_dir", help="state directory (tokens, socket)")
+    serve.add_argument(
+        "--state-dir",
+        dest="state_dir",
+        help="state directory: tokens, journal, socket; never inside the workspace "
+        "(default: $XDG_STATE_HOME/callgate, else ~/.local/state/callgate)",
+    )
     serve.add_argument("--approval-mode", dest="approval_mode", choices=["interactive", "headless"])
     serve.add_argument("--sandbox", choices=["auto", "bwrap", "none"])
     serve.add_argument(
@@ -406,9 +421,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
             "--target",
             help="server address (default: the socket in the state dir, or $CALLGATE_TARGET)",
         )
-        p.add_argument(
-            "--state-dir", dest="state_dir", help=f"state directory (default {DEFAULT_STATE_DIR})"
-        )
+        p.add_argument("--state-dir", dest="state_dir", help=STATE_DIR_HELP)
         p.add_argument(
             "--token-file",
             dest="token_file",
@@ -516,7 +529,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
 
     health = sub.add_parser("health", help="check the server's health over gRPC")
     health.add_argument("--target")
-    health.add_argument("--state-dir", dest="state_dir")
+    health.add_argument("--state-dir", dest="state_dir", help=STATE_DIR_HELP)
     health.set_defaults(func=_health)
     return parser
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import pwd
 import re
 import tomllib
 from collections.abc import Mapping
@@ -21,11 +22,25 @@ from callgate.server.tools.command_spec import FIXED_ENV_NAMES
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 DEFAULT_TCP_LISTEN = "127.0.0.1:50051"
+STATE_DIR_NAME = "callgate"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ConfigError(Exception):
     """A configuration problem, in one line that names the key."""
+
+
+def default_state_dir(environ: Mapping[str, str]) -> Path:
+    """The per-user state directory, outside any workspace: `$XDG_STATE_HOME/callgate`, else
+    `~/.local/state/callgate` (root included: /root/.local/state/callgate). The client's
+    `callgate.client.default_state_dir` computes the same place."""
+    xdg = environ.get("XDG_STATE_HOME", "")
+    if xdg.startswith("/"):  # the XDG spec ignores a relative value
+        return Path(xdg) / STATE_DIR_NAME
+    home = environ.get("HOME", "")
+    if not home.startswith("/"):
+        home = pwd.getpwuid(os.geteuid()).pw_dir
+    return Path(home) / ".local" / "state" / STATE_DIR_NAME
 
 
 class RuleConfig(BaseModel):
@@ -202,7 +217,9 @@ class ServerConfig(BaseModel):
     listen: list[str] = Field(default_factory=list)
     workspace: str = "."
     allowed_roots: list[str] = Field(default_factory=list)
-    state_dir: str = ".callgate"
+    # Tokens, journal, rules, the default socket and session files; never inside the workspace
+    # or an allowed root. Empty: the per-user default (`default_state_dir`).
+    state_dir: str = ""
     # host:port for Prometheus /metrics over plain HTTP (no authentication: keep it on
     # loopback or a pod-internal address), e.g. "127.0.0.1:9464". Empty: no metrics.
     metrics_listen: str = ""
@@ -233,7 +250,9 @@ class ServerConfig(BaseModel):
     journal: JournalConfig = Field(default_factory=JournalConfig)
 
     def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser().resolve()
+        """The canonical state directory (symlinks resolved, also when it does not exist yet)."""
+        path = Path(self.state_dir).expanduser() if self.state_dir else None
+        return (path or default_state_dir(os.environ)).resolve()
 
     def workspace_path(self) -> Path:
         return Path(self.workspace).expanduser().resolve()
@@ -295,8 +314,11 @@ def load_config(
             raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
-    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    environ = os.environ if environ is None else environ
+    data = _merge(data, _env_overrides(environ))
     data = _merge(data, overrides or {})
+    if not data.get("state_dir"):
+        data["state_dir"] = str(default_state_dir(environ))
     try:
         config = ServerConfig.model_validate(data)
     except ValidationError as exc:
@@ -312,5 +334,10 @@ def load_config(
         if (principal.token_sha256 is None) == (principal.token_env is None):
             raise ConfigError(
                 f"config key principals.{index}: give exactly one of token_sha256 or token_env"
+            )
+        if principal.token_env in config.bash.env_passthrough:
+            raise ConfigError(
+                f"config key bash.env_passthrough: {principal.token_env} holds the token of "
+                f"principal {principal.name}; remove it so that no command can read the token"
             )
     return config

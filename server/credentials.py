@@ -1,10 +1,18 @@
-"""Principals from the config, or generated token files under <state_dir>/tokens/ (DESIGN 7)."""
+"""Principals from the config, or generated token files under <state_dir>/tokens/ (DESIGN 7).
+
+The server keeps only SHA-256 digests of tokens; a plaintext token exists in its file (0600,
+written once for the CLI) and, from a `token_env` principal, in the server's environment,
+which no command or helper process inherits."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
+from typing import NoReturn
 
 from callgate.server.config import ConfigError, ServerConfig
 from callgate.server.core.principals import Principal, Role, TokenAuthenticator, token_digest
@@ -16,27 +24,66 @@ GENERATED_PRINCIPALS: dict[str, frozenset[Role]] = {
 }
 
 
+TOKEN_DIR_MODE = 0o700
+TOKEN_FILE_MODE = 0o600
+
+
 def token_dir(state_dir: Path) -> Path:
     return state_dir / "tokens"
 
 
-def _read_or_create_token(path: Path) -> str:
+def _refuse(path: Path, problem: str) -> NoReturn:
+    raise ConfigError(f"config key state_dir: the token file {path} {problem}")
+
+
+def _open_private(name: str, dir_fd: int, path: Path) -> int | None:
+    """A read descriptor of our own regular token file (made 0600), None when it is absent.
+    A symlink or a file owned by someone else is refused, never followed or fixed."""
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
     except FileNotFoundError:
-        token = ""
-    if token:
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-        return token
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            _refuse(path, "is a symbolic link; remove it and restart to get a new token")
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        _refuse(path, "is not a regular file of this server's user; remove it and restart")
+    if stat.S_IMODE(info.st_mode) != TOKEN_FILE_MODE:
+        os.fchmod(fd, TOKEN_FILE_MODE)
+    return fd
+
+
+def _read_or_create_token(name: str, dir_fd: int, path: Path) -> str:
+    """The token in `<dir>/<name>`; a new one when the file is absent or empty, written to a
+    temporary file and renamed into place, so a reader never sees half a token."""
+    fd = _open_private(name, dir_fd, path)
+    if fd is not None:
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            token = handle.read(4096).strip()
+        if token:
+            return token
     token = secrets.token_urlsafe(32)
-    # O_EXCL: two servers starting at once never overwrite each other's token.
+    temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(
+        temporary,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        TOKEN_FILE_MODE,
+        dir_fd=dir_fd,
+    )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text(encoding="utf-8").strip()
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(token + "\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        os.unlink(temporary, dir_fd=dir_fd)
+        raise
     return token
 
 
@@ -60,10 +107,31 @@ def load_authenticator(
                 entries.append((principal, token_digest(value)))
         return TokenAuthenticator(entries), None
     directory = token_dir(state_dir)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
-    entries = [
-        (Principal(name, roles), token_digest(_read_or_create_token(directory / name)))
-        for name, roles in GENERATED_PRINCIPALS.items()
-    ]
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, TOKEN_DIR_MODE)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(
+            f"config key state_dir: {directory} is not a directory of its own ({exc.strerror}); "
+            "remove it and restart"
+        ) from None
+    try:
+        info = os.fstat(dir_fd)
+        if info.st_uid != os.geteuid():
+            raise ConfigError(
+                f"config key state_dir: {directory} is owned by uid {info.st_uid}; remove it"
+            )
+        if stat.S_IMODE(info.st_mode) != TOKEN_DIR_MODE:
+            os.fchmod(dir_fd, TOKEN_DIR_MODE)
+        # Only the digests are kept: the plaintext leaves memory with this comprehension.
+        entries = [
+            (
+                Principal(name, roles),
+                token_digest(_read_or_create_token(name, dir_fd, directory / name)),
+            )
+            for name, roles in GENERATED_PRINCIPALS.items()
+        ]
+    finally:
+        os.close(dir_fd)
     return TokenAuthenticator(entries), directory

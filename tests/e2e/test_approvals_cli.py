@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from callgate.client import CallgateClient, DenialKind, State, ToolCall
+from callgate.client import CallgateClient, DenialKind, State, ToolCall, default_state_dir
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 TMUX = shutil.which("tmux")
@@ -49,15 +49,19 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def server_dir() -> Iterator[Path]:
-    """`callgate serve` (interactive approvals, no sandbox) in a fresh directory."""
+def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`callgate serve` (interactive approvals, no sandbox) in a fresh directory, its state in
+    the default place under a fresh HOME (the CLI commands find it with no flags)."""
     work = Path(tempfile.mkdtemp(prefix="cgapp", dir="/tmp")).resolve()
+    home = Path(tempfile.mkdtemp(prefix="cghome", dir="/tmp")).resolve()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     process = subprocess.Popen(
         [
             CALLGATE,
             "serve",
             "--listen",
-            f"unix://{work}/.callgate/callgate.sock",
+            f"unix://{default_state_dir() / 'callgate.sock'}",
             "--sandbox",
             "none",
             "--approval-mode",
@@ -82,6 +86,7 @@ def server_dir() -> Iterator[Path]:
         process.terminate()
         assert process.wait(timeout=20) == 0
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 class Terminal:
@@ -144,7 +149,7 @@ async def approver_terminal(work: Path) -> AsyncIterator[Terminal]:
     """`callgate approvals` running in a fresh tmux pane; the tmux server is killed on exit."""
     terminal = Terminal(work)
     try:
-        await terminal.start(CALLGATE, "approvals", "--state-dir", str(work / ".callgate"))
+        await terminal.start(CALLGATE, "approvals", "--state-dir", str(default_state_dir()))
         await terminal.shows("waiting for pending calls")
         yield terminal
     finally:
@@ -153,8 +158,8 @@ async def approver_terminal(work: Path) -> AsyncIterator[Terminal]:
 
 def _agent(work: Path) -> CallgateClient:
     return CallgateClient(
-        f"unix://{work}/.callgate/callgate.sock",
-        token_file=work / ".callgate/tokens/agent",
+        f"unix://{default_state_dir() / 'callgate.sock'}",
+        token_file=default_state_dir() / "tokens/agent",
     )
 
 
@@ -284,7 +289,7 @@ def test_rules_add_list_and_rm_round_trip(server_dir: Path) -> None:
 def test_rules_with_the_agent_token_fail_with_the_reason(server_dir: Path) -> None:
     """The agent's token cannot manage rules: one line naming ROLE_REQUIRED, exit 2."""
     done = _cli(
-        "rules", "list", "--token-file", str(server_dir / ".callgate/tokens/agent"),
+        "rules", "list", "--token-file", str(default_state_dir() / "tokens/agent"),
         cwd=server_dir,
     )  # fmt: skip
     assert done.returncode == 2

@@ -16,6 +16,8 @@ from typing import IO
 
 import pytest
 
+from callgate.client import default_state_dir
+
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 
 
@@ -40,9 +42,13 @@ def _line(stream: IO[str], timeout: float = 10) -> str:
 
 
 @pytest.fixture
-def server_dir(tmp_path: Path) -> Iterator[Path]:
-    """`callgate serve` on its embedded defaults (except TCP), in a fresh directory."""
+def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`callgate serve` on its embedded defaults (except TCP), in a fresh directory, with HOME
+    pointed at another fresh directory: the state lands in its ~/.local/state/callgate."""
     work = Path(tempfile.mkdtemp(prefix="cgcli", dir="/tmp"))  # short: the socket path lives here
+    home = Path(tempfile.mkdtemp(prefix="cghome", dir="/tmp"))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     (work / "hello.txt").write_text("hello from the workspace\n")
     (work / ".env").write_text("SECRET=1\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
@@ -51,7 +57,7 @@ def server_dir(tmp_path: Path) -> Iterator[Path]:
             CALLGATE,
             "serve",
             "--listen",
-            f"unix://{work}/.callgate/callgate.sock",
+            f"unix://{default_state_dir() / 'callgate.sock'}",
             "--sandbox",
             "none",
         ],
@@ -74,14 +80,16 @@ def server_dir(tmp_path: Path) -> Iterator[Path]:
         process.terminate()
         assert process.wait(timeout=20) == 0
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_call_reads_a_file_with_the_generated_agent_token(server_dir: Path) -> None:
-    """`callgate call` finds the socket and token under ./.callgate and prints the lines."""
+    """`callgate call` finds the socket and token in ~/.local/state/callgate with no flags
+    and prints the lines."""
     done = _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir)
     assert done.returncode == 0, done.stderr
     assert "     1\thello from the workspace" in done.stdout
-    assert (server_dir / ".callgate/tokens/agent").stat().st_mode & 0o777 == 0o600
+    assert (default_state_dir() / "tokens/agent").stat().st_mode & 0o777 == 0o600
 
 
 def test_call_reports_denials_and_bad_arguments(server_dir: Path) -> None:
@@ -155,7 +163,7 @@ def test_audit_prints_the_journal_filters_and_follows(server_dir: Path) -> None:
     assert _cli("audit", "--limit", "1", cwd=server_dir).stdout.count("\n") == 1
 
     refused = _cli(
-        "audit", "--token-file", str(server_dir / ".callgate/tokens/agent"), cwd=server_dir
+        "audit", "--token-file", str(default_state_dir() / "tokens/agent"), cwd=server_dir
     )
     assert refused.returncode == 2
     assert "ROLE_REQUIRED" in refused.stderr

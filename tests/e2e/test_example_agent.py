@@ -16,18 +16,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from callgate.client import CallgateClient, DecisionKind, PendingApproval
+from callgate.client import CallgateClient, DecisionKind, PendingApproval, default_state_dir
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_loop.py"
 
 
 @pytest.fixture
-def server_dir() -> Iterator[Path]:
-    """`callgate serve` (sandbox auto) on a Unix socket in a fresh directory, its workspace."""
+def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`callgate serve` (sandbox auto) with a fresh directory as its workspace and its state
+    in the default place under a fresh $XDG_STATE_HOME."""
     work = Path(tempfile.mkdtemp(prefix="cgex", dir="/tmp"))  # short: the socket path lives here
+    xdg = Path(tempfile.mkdtemp(prefix="cgxdg", dir="/tmp"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(xdg))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
-    listen = f"unix://{work}/.callgate/callgate.sock"
+    listen = f"unix://{default_state_dir() / 'callgate.sock'}"
     process = subprocess.Popen(
         [CALLGATE, "serve", "--listen", listen, "--sandbox", "auto"],
         cwd=work,
@@ -54,6 +57,7 @@ def server_dir() -> Iterator[Path]:
         finally:
             process.kill()
             shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(xdg, ignore_errors=True)
 
 
 async def _approve_every_call(client: CallgateClient, approved: list[str]) -> None:
@@ -69,15 +73,15 @@ async def _approve_every_call(client: CallgateClient, approved: list[str]) -> No
 
 @pytest.mark.anyio
 async def test_the_example_agent_fixes_the_sample_after_approval(server_dir: Path) -> None:
-    """The scripted agent reads, edits (approved) and runs the tests with Bash (approved);
-    the file is fixed and the final report says the tests passed."""
-    target = f"unix://{server_dir}/.callgate/callgate.sock"
-    tokens = server_dir / ".callgate" / "tokens"
+    """The scripted agent (with no --target or --token-file: it finds the server's default
+    state directory) reads, edits (approved) and runs the tests with Bash (approved); the file
+    is fixed and the final report says the tests passed."""
+    target = f"unix://{default_state_dir() / 'callgate.sock'}"
+    tokens = default_state_dir() / "tokens"
     project = server_dir / "project"
     approved: list[str] = []
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
-    command = [sys.executable, str(EXAMPLE), "--target", target]
-    command += ["--token-file", str(tokens / "agent"), "--workspace", str(project)]
+    command = [sys.executable, str(EXAMPLE), "--workspace", str(project)]
     approver_token = (tokens / "approver").read_text().strip()
     async with (
         CallgateClient(target, token=approver_token) as approver,

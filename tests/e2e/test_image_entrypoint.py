@@ -128,7 +128,7 @@ def test_dockerfile_commands_run_in_the_image_layout() -> None:
     socket = serve[serve.index("--listen") + 1]
     assert socket.startswith("unix:///run/callgate/")
     assert serve[serve.index("--workspace") + 1] == "/workspace"
-    assert serve[serve.index("--state-dir") + 1] == "/state"
+    assert serve[serve.index("--state-dir") + 1] == "/state/callgate"
     assert health == ["callgate", "health", "--target", socket]
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert 'VOLUME ["/workspace", "/state", "/run/callgate"]' in text
@@ -195,7 +195,9 @@ def test_entrypoint_serves_and_answers_the_health_check(image_venv: Path, image_
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "SERVING"
-        assert (image_root / "state" / "tokens" / "agent").stat().st_mode & 0o777 == 0o600
+        state = image_root / "state" / "callgate"
+        assert state.stat().st_mode & 0o777 == 0o700
+        assert (state / "tokens" / "agent").stat().st_mode & 0o777 == 0o600
         assert (image_root / "run" / "callgate.sock").stat().st_mode & 0o777 == 0o660
 
         process.send_signal(signal.SIGTERM)

@@ -162,17 +162,18 @@ async def test_glob_and_grep_never_list_protected_files(harness: Harness) -> Non
     assert "visible.txt:1:TOKEN=visible" in grepped.result.text
 
 
-async def test_server_state_inside_the_workspace_is_protected(tmp_path: Path) -> None:
-    """With the state dir inside the workspace (the default layout), its token files are refused."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    async with serve(tmp_path, state_dir=str(workspace / ".callgate")) as harness:
+async def test_a_symlink_from_the_workspace_to_the_state_directory_reaches_no_token(
+    tmp_path: Path,
+) -> None:
+    """The state directory lies outside the workspace; a workspace symlink to it (the agent
+    can plant one) reads, lists and greps none of its token files."""
+    async with serve(tmp_path) as harness:
+        (harness.workspace / "state").symlink_to(harness.state_dir)
         stub = harness.stub()
         session = await open_session(stub)
-        call = await prepare(
-            stub, session, "ReadFile", {"path": ".callgate/tokens/agent"}, evaluate=True
-        )
-        assert call.state == tool_call_pb2.STATE_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as raised:  # it resolves outside the workspace
+            await prepare(stub, session, "ReadFile", {"path": "state/tokens/agent"})
+        assert failure(raised.value).code == grpc.StatusCode.INVALID_ARGUMENT
         globbed = await run(stub, session, "Glob", {"pattern": "**/*"})
         assert "tokens" not in globbed.result.text
         grepped = await run(stub, session, "Grep", {"pattern": "."})
