@@ -15,20 +15,27 @@ says why; an unknown tool or a callgate server that cannot be reached is a proto
 
 Elicitation is not used: approvals always go through callgate's approval channel, so one
 call is never asked about in two places.
+
+Over HTTP every request needs `Authorization: Bearer <token>` (see `mcp_token`): without it, or
+with another token, the SDK's bearer middleware answers 401 before anything runs. The bridge
+binds loopback unless the caller allows a remote address.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
 import mcp_types as types
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from pydantic import AnyHttpUrl
 
 from callgate.client.connection import CallgateClient
 from callgate.client.errors import (
@@ -38,12 +45,15 @@ from callgate.client.errors import (
     InvalidArgumentsError,
     ToolNotFoundError,
 )
+from callgate.client.mcp_token import StaticTokenVerifier, check_http_token
 from callgate.client.models import ToolResult, ToolSpec
 from callgate.client.session import ClientSession
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",
+    "LOOPBACK",
     "McpBridge",
+    "is_loopback",
     "parse_http_address",
     "serve_http",
     "serve_stdio",
@@ -54,6 +64,9 @@ DEFAULT_APPROVAL_TIMEOUT: Final = 600.0
 """How long a gated call waits for an approver by default, in seconds."""
 
 _MCP_PATH: Final = "/mcp"
+
+LOOPBACK: Final = "127.0.0.1"
+"""Where `--http` binds when the address names no host."""
 
 # JSON-RPC codes (MCP uses the JSON-RPC 2.0 ones).
 _INVALID_PARAMS: Final = -32602
@@ -181,11 +194,21 @@ def _protocol_error(exc: CallgateClientError) -> MCPError:
 
 
 def parse_http_address(address: str) -> tuple[str, int]:
-    """`host:port` (or `[v6]:port`) split; raises ValueError on anything else."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
-    return host.removeprefix("[").removesuffix("]"), int(port)
+    """`PORT`, `:PORT`, `HOST:PORT` or `[V6]:PORT` split, with no host (or `localhost`)
+    meaning 127.0.0.1; raises ValueError on anything else."""
+    host, _, port = address.rpartition(":")
+    if not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected PORT or HOST:PORT, got {address!r}")
+    host = host.removeprefix("[").removesuffix("]")
+    return (LOOPBACK if host in ("", "localhost") else host), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a literal loopback address (a name never is: it may resolve anywhere)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def serve_stdio(
@@ -210,22 +233,34 @@ async def serve_http(
     token: str,
     address: str,
     *,
+    http_token: str,
+    allow_remote: bool = False,
     workspace: str = "",
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
 ) -> None:
-    """Serves MCP over streamable HTTP at `http://<address>/mcp` until interrupted.
+    """Serves MCP over streamable HTTP at `http://<address>/mcp` until interrupted, to clients
+    that send `Authorization: Bearer <http_token>`.
 
-    Port 0 picks a free port; the address actually bound is printed to stderr.
+    Port 0 picks a free port; the address actually bound is printed to stderr. A host that is
+    not a loopback address is refused unless `allow_remote` (TLS is then a reverse proxy's job).
     """
     import uvicorn
 
     host, port = parse_http_address(address)
+    if not allow_remote and not is_loopback(host):
+        raise ValueError(f"{host} is not a loopback address and remote clients were not allowed")
+    check_http_token(http_token, token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
+        # Listening before the address is printed: a client that connects at once waits in
+        # the backlog for uvicorn instead of being refused.
+        listener.listen()
         bound_port = listener.getsockname()[1]
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        base_url = f"http://{shown}:{bound_port}"
         async with (
             CallgateClient(target, token=token) as client,
             client.open_session(workspace) as session,
@@ -233,11 +268,17 @@ async def serve_http(
             app = (
                 McpBridge(session, approval_timeout)
                 .server()
-                .streamable_http_app(streamable_http_path=_MCP_PATH, host=host)
+                .streamable_http_app(
+                    streamable_http_path=_MCP_PATH,
+                    host=host,
+                    # AuthSettings insists on an issuer; the bridge issued the token, and with
+                    # no authorization server and no resource metadata the URL is never served.
+                    auth=AuthSettings(issuer_url=AnyHttpUrl(base_url), resource_server_url=None),
+                    token_verifier=StaticTokenVerifier(http_token),
+                )
             )
-            shown = f"[{host}]" if family == socket.AF_INET6 else host
             print(
-                f"callgate: mcp serving on http://{shown}:{bound_port}{_MCP_PATH}",
+                f"callgate: mcp serving on {base_url}{_MCP_PATH}",
                 file=sys.stderr,
                 flush=True,
             )

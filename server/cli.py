@@ -186,9 +186,33 @@ def _approvals(args: argparse.Namespace) -> int:
         return _client_error(exc)
 
 
+def _mcp_http_token(args: argparse.Namespace, agent_token: str) -> str:
+    """The HTTP token (checked), after saying where it is; the token itself is never printed."""
+    from callgate.client.mcp_token import MCP_TOKEN_FILE_NAME, check_http_token, resolve_http_token
+    from callgate.server.credentials import token_dir
+
+    http_token = resolve_http_token(
+        Path(args.http_token_file) if args.http_token_file else None,
+        os.environ,
+        token_dir(_state_dir(args)) / MCP_TOKEN_FILE_NAME,
+    )
+    check_http_token(http_token.value, agent_token)
+    print(
+        f"callgate: mcp HTTP token {'generated in' if http_token.created else 'from'} "
+        f"{http_token.source}; clients send it as 'Authorization: Bearer <token>'",
+        file=sys.stderr,
+    )
+    return http_token.value
+
+
 def _mcp(args: argparse.Namespace) -> int:
     from callgate.client import CallgateClientError
-    from callgate.client.mcp_bridge import parse_http_address, serve_http, serve_stdio
+    from callgate.client.mcp_bridge import (
+        is_loopback,
+        parse_http_address,
+        serve_http,
+        serve_stdio,
+    )
 
     target, token = _client_settings(args)
     if args.approval_timeout < 0:
@@ -198,12 +222,34 @@ def _mcp(args: argparse.Namespace) -> int:
         "workspace": args.workspace or "",
         "approval_timeout": args.approval_timeout,
     }
+    if not args.http and (args.http_token_file or args.http_allow_remote):
+        print("callgate: --http-token-file and --http-allow-remote need --http", file=sys.stderr)
+        return 2
     if args.http:
         try:
-            parse_http_address(args.http)
+            host, _ = parse_http_address(args.http)
         except ValueError as exc:
             print(f"callgate: --http: {exc}", file=sys.stderr)
             return 2
+        if not is_loopback(host):
+            if not args.http_allow_remote:
+                print(
+                    f"callgate: --http: {host} is not a loopback address; give only a port to "
+                    "serve on 127.0.0.1, or pass --http-allow-remote behind a TLS proxy",
+                    file=sys.stderr,
+                )
+                return 2
+            print(
+                f"callgate: WARNING: mcp serving on {host} without TLS: the bearer token and every "
+                "call cross the network in clear text; terminate TLS in a reverse proxy",
+                file=sys.stderr,
+            )
+        try:
+            options["http_token"] = _mcp_http_token(args, token)
+        except ValueError as exc:
+            print(f"callgate: mcp: {exc}", file=sys.stderr)
+            return 2
+        options["allow_remote"] = args.http_allow_remote
     try:
         if args.http:
             anyio.run(lambda: serve_http(target, token, args.http, **options))
@@ -371,7 +417,23 @@ def _add_mcp_parser(
     client_options(mcp)
     mcp.add_argument("--workspace", help="workspace for the session (default: the server's)")
     mcp.add_argument(
-        "--http", metavar="ADDR", help="serve streamable HTTP on HOST:PORT (path /mcp), not stdio"
+        "--http",
+        metavar="ADDR",
+        help="serve streamable HTTP on PORT or HOST:PORT (path /mcp; host default 127.0.0.1), "
+        "not stdio; every request needs 'Authorization: Bearer <token>'",
+    )
+    mcp.add_argument(
+        "--http-token-file",
+        dest="http_token_file",
+        metavar="FILE",
+        help="the token HTTP clients must send (a mode 0600 file; or $CALLGATE_MCP_TOKEN; "
+        "default: generated once in <state-dir>/tokens/mcp-http)",
+    )
+    mcp.add_argument(
+        "--http-allow-remote",
+        dest="http_allow_remote",
+        action="store_true",
+        help="allow a non-loopback --http host (no TLS: put a TLS-terminating proxy in front)",
     )
     mcp.add_argument(
         "--approval-timeout",

@@ -3,7 +3,6 @@ streamable HTTP, talking to a `callgate mcp` subprocess that fronts a real callg
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,31 +11,28 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-from anyio.abc import Process
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from callgate.v1 import approval_service_pb2 as apb
 from tests.support.approvals import Watcher, approver, decide
+from tests.support.mcp_http import (
+    bridge_args,
+    bridge_env,
+    http_bridge,
+    mcp_http_session,
+    private_file,
+)
 from tests.support.server import Harness
 
 pytestmark = pytest.mark.anyio
-
-CALLGATE = str(Path(sys.executable).with_name("callgate"))
-
-
-def _bridge_args(harness: Harness, tmp_path: Path, *extra: str) -> list[str]:
-    token_file = tmp_path / "agent-token"
-    token_file.write_text(harness.tokens["agent"] + "\n")
-    token_file.chmod(0o600)
-    return ["mcp", "--target", harness.tcp_target, "--token-file", str(token_file), *extra]
 
 
 @asynccontextmanager
 async def _stdio_session(harness: Harness, tmp_path: Path) -> AsyncIterator[ClientSession]:
     """An initialized MCP session with `callgate mcp` spawned as its stdio server."""
-    params = StdioServerParameters(command=CALLGATE, args=_bridge_args(harness, tmp_path))
+    command, *args = bridge_args(harness, tmp_path)
+    params = StdioServerParameters(command=command, args=args, env=bridge_env())
     with (tmp_path / "bridge-stderr").open("w") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read_stream, write_stream),
@@ -47,43 +43,19 @@ async def _stdio_session(harness: Harness, tmp_path: Path) -> AsyncIterator[Clie
             yield session
 
 
-async def _stop(process: Process) -> None:
-    if process.returncode is None:
-        process.terminate()
-    with anyio.move_on_after(10, shield=True) as scope:
-        await process.wait()
-    if scope.cancelled_caught:
-        process.kill()
-    await process.aclose()
-
-
 @asynccontextmanager
 async def _http_session(harness: Harness, tmp_path: Path) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session over streamable HTTP to `callgate mcp --http` on loopback."""
-    process = await anyio.open_process(
-        [CALLGATE, *_bridge_args(harness, tmp_path, "--http", "127.0.0.1:0")],
-        env={"PATH": "/usr/bin:/bin"},
-    )
-    try:
-        assert process.stderr is not None
-        url = ""
-        seen = b""
-        with anyio.fail_after(20):
-            async for chunk in process.stderr:
-                seen += chunk
-                if b"mcp serving on " in seen and b"\n" in seen.split(b"mcp serving on ", 1)[1]:
-                    url = seen.split(b"mcp serving on ", 1)[1].split(b"\n", 1)[0].decode()
-                    break
-        assert url.startswith("http://127.0.0.1:"), seen.decode(errors="replace")
-        async with (
-            streamable_http_client(url) as (read_stream, write_stream),
-            ClientSession(read_stream, write_stream) as session,
-        ):
-            with anyio.fail_after(20):
-                await session.initialize()
-            yield session
-    finally:
-        await _stop(process)
+    """An initialized MCP session over streamable HTTP to `callgate mcp --http` on loopback,
+    sending the bridge's HTTP token."""
+    http_token = "t" * 43
+    token_file = private_file(tmp_path / "mcp-http-token", http_token)
+    args = bridge_args(harness, tmp_path, "--http", "127.0.0.1:0", "--http-token-file")
+    async with (
+        http_bridge([*args, str(token_file)]) as (url, _),
+        mcp_http_session(url, http_token) as session,
+    ):
+        assert url.startswith("http://127.0.0.1:")
+        yield session
 
 
 def _text(result: types.CallToolResult) -> str:
