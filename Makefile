@@ -76,6 +76,7 @@ bench: install install-system
 	$(PY) bench/run.py
 	$(PY) bench/bash.py
 	$(PY) bench/load.py
+	$(PY) bench/confinement.py
 
 # The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
 image:
