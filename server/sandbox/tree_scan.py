@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -52,99 +53,171 @@ class TreeExposure:
     readonly: list[str] = field(default_factory=list)
     protected_inodes: set[int] = field(default_factory=set)
     entries: int = 0
+    # Directories read by this walk (the others were unchanged since the scanner's last walk).
+    listed: int = 0
 
     def is_protected_inode(self, info: os.stat_result) -> bool:
         return info.st_ino in self.protected_inodes
 
 
+# A directory whose ctime is this close to the moment it was listed may change again within the
+# same timestamp tick without its ctime moving: it is listed again on the next walk.
+_RACY_NS = 2_000_000_000
+# How many walked trees (workspace, declared trees) a scanner remembers.
+_MAX_ROOTS = 8
+
+
+@dataclass(slots=True)
+class _Listing:
+    """What one directory contributes, valid while the directory's identity and its mtime and
+    ctime are unchanged (any entry added, removed or renamed changes both; ctime cannot be set
+    by a process)."""
+
+    key: tuple[int, int, int, int]
+    racy: bool
+    entries: int = 0
+    masked: list[str] = field(default_factory=list)
+    readonly: list[str] = field(default_factory=list)
+    protected_inodes: list[int] = field(default_factory=list)
+    files: list[tuple[int, str]] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    subdirs: list[tuple[str, bool]] = field(default_factory=list)
+
+
+class TreeScanner:
+    """Walks trees completely, remembering each directory's listing until the directory changes:
+    the first walk of a tree reads every directory, later walks stat each directory once and
+    list only the changed ones (and re-resolve every symlink). One per session; thread-safe."""
+
+    def __init__(self, protected: ProtectedPaths) -> None:
+        self._protected = protected
+        self._roots: dict[str, dict[tuple[str, bool], _Listing]] = {}
+        self._lock = threading.Lock()
+
+    def scan(self, root: str, *, seconds: float = DEFAULT_SCAN_SECONDS) -> TreeExposure:
+        """Walk canonical directory `root`. Raises ScanOverBudget past `seconds`."""
+        with self._lock:
+            old = self._roots.pop(root, {})
+            fresh: dict[tuple[str, bool], _Listing] = {}
+            found = self._walk(root, seconds, old, fresh)
+            self._roots[root] = fresh
+            while len(self._roots) > _MAX_ROOTS:
+                del self._roots[next(iter(self._roots))]
+            return found
+
+    def _walk(
+        self,
+        root: str,
+        seconds: float,
+        old: dict[tuple[str, bool], _Listing],
+        fresh: dict[tuple[str, bool], _Listing],
+    ) -> TreeExposure:
+        protected = self._protected
+        found = TreeExposure()
+        deadline = time.monotonic() + seconds
+        root = root.rstrip("/") or "/"
+        hidden_root = protected.is_protected(root)
+        if hidden_root:
+            found.masked.append(root)
+        stack = [(root, hidden_root)]
+        links: list[str] = []
+        while stack:
+            path, hidden = stack.pop()
+            listing = self._current(path, hidden, old.get((path, hidden)), found)
+            if time.monotonic() > deadline:
+                raise ScanOverBudget
+            if listing is None:
+                continue
+            fresh[(path, hidden)] = listing
+            found.entries += listing.entries
+            found.masked += listing.masked
+            found.readonly += listing.readonly
+            found.protected_inodes.update(listing.protected_inodes)
+            links += listing.links
+            stack += listing.subdirs
+        for link in links:
+            _symlink_target(link, protected, found)
+        if found.protected_inodes:
+            inodes = found.protected_inodes
+            found.masked += [
+                path
+                for listing in fresh.values()
+                for inode, path in listing.files
+                if inode in inodes
+            ]
+        return found
+
+    def _current(
+        self, path: str, hidden: bool, cached: _Listing | None, found: TreeExposure
+    ) -> _Listing | None:
+        """The listing of directory `path`: the cached one while it is still valid."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            return None
+        key = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        if cached is not None and cached.key == key and not cached.racy:
+            return cached
+        found.listed += 1
+        return _list_directory(path, hidden, key, self._protected)
+
+
+def _list_directory(
+    path: str, hidden: bool, key: tuple[int, int, int, int], protected: ProtectedPaths
+) -> _Listing | None:
+    listed_ns = time.time_ns()
+    try:
+        fd = os.open(path, _DIRECTORY_FLAGS)
+    except OSError:
+        return None
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != key[:2]:
+            return None  # swapped since the stat: the next walk sees it as it is then
+        with os.scandir(fd) as listing:
+            entries = list(listing)
+        result = _Listing(key=key, racy=key[3] >= listed_ns - _RACY_NS, entries=len(entries))
+        prefix = path if path != "/" else ""
+        for entry in entries:
+            child = f"{prefix}/{entry.name}"
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_link = not is_dir and entry.is_symlink()
+                inode = entry.inode()
+            except OSError:
+                continue
+            secret = hidden or protected.is_protected(child)
+            if secret and not hidden:
+                result.masked.append(child)
+            if is_link:
+                result.links.append(child)
+            elif is_dir:
+                if not secret and protected.is_readonly(child):
+                    result.readonly.append(child)
+                result.subdirs.append((child, secret))
+            elif secret:
+                result.protected_inodes.append(inode)
+                with contextlib.suppress(OSError):
+                    stat_ino = os.stat(entry.name, dir_fd=fd, follow_symlinks=False).st_ino
+                    result.protected_inodes.append(stat_ino)
+            else:
+                result.files.append((inode, child))
+                if protected.is_readonly(child):
+                    result.readonly.append(child)
+        return result
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def scan_tree(
     root: str, protected: ProtectedPaths, *, seconds: float = DEFAULT_SCAN_SECONDS
 ) -> TreeExposure:
-    """Walk canonical directory `root` completely. Raises ScanOverBudget past `seconds`."""
-    found = TreeExposure()
-    deadline = time.monotonic() + seconds
-    if protected.is_protected(root):
-        found.masked.append(root)
-    try:
-        top = os.open(root, _DIRECTORY_FLAGS)
-    except OSError:
-        return found
-    # (fd, path, inside a protected directory)
-    stack: list[tuple[int, str, bool]] = [(top, root.rstrip("/") or "/", found.masked == [root])]
-    # Regular files outside protected places: (d_ino, path), matched against protected inodes.
-    files: list[tuple[int, str]] = []
-    count = 0
-    try:
-        while stack:
-            fd, directory, hidden = stack.pop()
-            try:
-                count = _scan_directory(
-                    fd, directory, hidden, protected, found, stack, files, count
-                )
-                if time.monotonic() > deadline:
-                    raise ScanOverBudget
-            finally:
-                os.close(fd)
-    except BaseException:
-        for fd, _, _ in stack:
-            os.close(fd)
-        raise
-    found.entries = count
-    if found.protected_inodes:
-        found.masked += [path for inode, path in files if inode in found.protected_inodes]
-    return found
-
-
-def _scan_directory(
-    fd: int,
-    directory: str,
-    hidden: bool,
-    protected: ProtectedPaths,
-    found: TreeExposure,
-    stack: list[tuple[int, str, bool]],
-    files: list[tuple[int, str]],
-    count: int,
-) -> int:
-    """List one open directory into `found`, `files` and `stack`; returns the entry count."""
-    try:
-        with os.scandir(fd) as listing:
-            entries = list(listing)
-    except OSError:
-        return count
-    prefix = directory if directory != "/" else ""
-    for entry in entries:
-        count += 1
-        path = f"{prefix}/{entry.name}"
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-            is_link = not is_dir and entry.is_symlink()
-            inode = entry.inode()
-        except OSError:
-            continue
-        secret = hidden or protected.is_protected(path)
-        if secret and not hidden:
-            found.masked.append(path)
-        if is_link:
-            _symlink_target(path, protected, found)
-        elif is_dir:
-            if not secret and protected.is_readonly(path):
-                found.readonly.append(path)
-            try:
-                child = os.open(entry.name, _DIRECTORY_FLAGS, dir_fd=fd)
-            except OSError:
-                continue
-            stack.append((child, path, secret))
-        elif secret:
-            found.protected_inodes.add(inode)
-            with contextlib.suppress(OSError):
-                found.protected_inodes.add(
-                    os.stat(entry.name, dir_fd=fd, follow_symlinks=False).st_ino
-                )
-        else:
-            files.append((inode, path))
-            if protected.is_readonly(path):
-                found.readonly.append(path)
-    return count
+    """Walk canonical directory `root` completely, remembering nothing."""
+    return TreeScanner(protected).scan(root, seconds=seconds)
 
 
 def _symlink_target(path: str, protected: ProtectedPaths, found: TreeExposure) -> None:
@@ -167,13 +240,13 @@ class LinkGuard:
 
     def __init__(
         self,
+        scanner: TreeScanner,
         root: str,
-        protected: ProtectedPaths,
         seconds: float = DEFAULT_SCAN_SECONDS,
         exposure: TreeExposure | None = None,
     ) -> None:
+        self._scanner = scanner
         self._root = root
-        self._protected = protected
         self._seconds = seconds
         self._exposure = exposure
         self._over_budget = False
@@ -187,7 +260,7 @@ class LinkGuard:
             return False
         if self._exposure is None and not self._over_budget:
             try:
-                self._exposure = scan_tree(self._root, self._protected, seconds=self._seconds)
+                self._exposure = self._scanner.scan(self._root, seconds=self._seconds)
             except ScanOverBudget:
                 self._over_budget = True
         return self._over_budget or (

@@ -16,15 +16,16 @@ from ..core.models import (
     TREE_PREFIX,
     ToolResult,
 )
-from ..core.paths import ProtectedPaths, is_within
+from ..core.paths import is_within
 from ..core.tool import ToolContext
 from ..sandbox.runner import (
     CommandSpec,
 )
-from ..sandbox.tree_scan import ScanOverBudget, TreeExposure, scan_tree
+from ..sandbox.tree_scan import ScanOverBudget, TreeExposure, TreeScanner
 from .bash_artifact import BashArtifact, PathDeclaration
 from .command_output import KILL_GRACE_SECONDS
 from .files import display
+from .workspace_scan import session_scanner
 
 # How far below the workspace (and declared trees) protected paths are looked for and masked.
 MASK_MAX_DEPTH = 4
@@ -163,7 +164,7 @@ async def command_spec(
     # session's workspace holds is the session's to see (its secrets are masked like any).
     hidden = [*protected.roots, *(d for d in settings.hidden_dirs if not is_within(d, root))]
     trees = [root, *(d.path for d in (*reads, *writes) if d.is_tree)]
-    exposure = await scan_for_sandbox(trees, protected, ctx.limits.scan_seconds)
+    exposure = await scan_for_sandbox(session_scanner(ctx), trees, ctx.limits.scan_seconds)
     # A declared file outside the workspace that is itself protected is refused at Prepare;
     # masks cover what the trees hold.
     return CommandSpec(
@@ -204,9 +205,7 @@ def pinned_dirs(writable: list[str], protected: list[str]) -> tuple[str, ...]:
     return tuple(sorted(pins))
 
 
-async def scan_for_sandbox(
-    trees: list[str], protected: ProtectedPaths, seconds: float
-) -> TreeExposure:
+async def scan_for_sandbox(scanner: TreeScanner, trees: list[str], seconds: float) -> TreeExposure:
     """Walk every tree a sandbox will show (in a worker thread: a large tree takes a while) and
     merge what must be masked or made read-only. Raises CommandRefused past `seconds`."""
 
@@ -214,7 +213,7 @@ async def scan_for_sandbox(
         deadline = time.monotonic() + seconds
         merged = TreeExposure()
         for tree in dict.fromkeys(trees):
-            found = scan_tree(tree, protected, seconds=max(deadline - time.monotonic(), 0))
+            found = scanner.scan(tree, seconds=max(deadline - time.monotonic(), 0))
             merged.masked += found.masked
             merged.readonly += found.readonly
             merged.protected_inodes |= found.protected_inodes

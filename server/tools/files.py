@@ -31,9 +31,9 @@ from callgate.server.core.models import (
 )
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
-from ..sandbox.tree_scan import LinkGuard
 from . import fsaccess
 from .fsaccess import PathChanged
+from .workspace_scan import link_guard
 
 # Reading this much or less is cheaper inline than a hand-off to a worker thread.
 INLINE_READ_BYTES = 256 << 10
@@ -379,8 +379,7 @@ class ReadFile(Tool[ReadFileArguments, ReadFileArtifact]):
 async def _is_protected_link(ctx: ToolContext, info: os.stat_result) -> bool:
     """A file with several names may be another name of a secret: one walk of the workspace
     (off the event loop) finds out; a walk over its budget counts as protected."""
-    guard = LinkGuard(ctx.workspace.root, ctx.workspace.protected, ctx.limits.scan_seconds)
-    return await anyio.to_thread.run_sync(guard.is_protected, info)
+    return await anyio.to_thread.run_sync(link_guard(ctx).is_protected, info)
 
 
 # Writing -------------------------------------------------------------------------------------

@@ -19,12 +19,13 @@ from ..core.models import (
     ToolResult,
 )
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-from ..sandbox.tree_scan import LinkGuard, ScanOverBudget, scan_tree
+from ..sandbox.tree_scan import ScanOverBudget
 from .files import changed_result, display, resolution_changed
 from .grep_engines import GrepPlan, search_in_python, search_with_ripgrep
 from .grep_scan import GrepOutput, grep_result
 from .search_patterns import MAX_PATTERN_CHARS, GrepGlob, PatternUnsupported, compile_grep_regex
 from .search_walk import SearchTimedOut, gone, kind_now, short_pattern, tree_requirement
+from .workspace_scan import link_guard, session_scanner
 
 
 class GrepArguments(Arguments):
@@ -161,7 +162,7 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
                 context=artifact.context_lines,
             ),
             deadline=time.monotonic() + timeout,
-            links=LinkGuard(workspace.root, workspace.protected, ctx.limits.scan_seconds),
+            links=link_guard(ctx),
         )
         try:
             failure = None
@@ -188,8 +189,9 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
         workspace = plan.ctx.workspace
         seconds = plan.ctx.limits.scan_seconds
         try:
+            scanner = session_scanner(plan.ctx)
             exposure = await anyio.to_thread.run_sync(
-                functools.partial(scan_tree, workspace.root, workspace.protected, seconds=seconds)
+                functools.partial(scanner.scan, workspace.root, seconds=seconds)
             )
         except ScanOverBudget:
             return ToolResult.error(
@@ -197,8 +199,5 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
                 f"The workspace could not be checked for secrets within {seconds:g} seconds, so "
                 "nothing was searched; use a smaller workspace or raise tools.scan_seconds.",
             )
-        confined = replace(
-            plan,
-            links=LinkGuard(workspace.root, workspace.protected, seconds, exposure),
-        )
+        confined = replace(plan, links=link_guard(plan.ctx, exposure))
         return await search_with_ripgrep(rg_path, bwrap_path, artifact, confined, exposure.masked)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
-from callgate.server.sandbox.tree_scan import ScanOverBudget, scan_tree
+from callgate.server.sandbox import tree_scan
+from callgate.server.sandbox.tree_scan import ScanOverBudget, TreeScanner, scan_tree
 
 
 @pytest.fixture
@@ -111,3 +112,49 @@ def test_a_walk_over_its_budget_is_refused(root: Path, protected: ProtectedPaths
         (root / f"d{index}").mkdir()
     with pytest.raises(ScanOverBudget):
         scan_tree(str(root), protected, seconds=0)
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Directories count as settled at once (normally only two seconds after a change)."""
+    monkeypatch.setattr(tree_scan, "_RACY_NS", 0)
+
+
+@pytest.mark.usefixtures("settled")
+def test_a_later_walk_lists_only_changed_directories_and_misses_nothing(
+    root: Path, protected: ProtectedPaths
+) -> None:
+    """The scanner remembers unchanged directories; every change since is still found: a new
+    secret, a renamed directory holding one, a new hard link, a new symlink to a secret."""
+    for index in range(20):
+        (root / f"d{index}" / "sub").mkdir(parents=True)
+        (root / f"d{index}" / "sub" / "file.txt").write_text("x")
+    (root / "d0" / "sub" / ".env").write_text("S=1")
+    scanner = TreeScanner(protected)
+    first = scanner.scan(str(root))
+    assert first.masked == [str(root / "d0" / "sub" / ".env")]
+    again = scanner.scan(str(root))
+    assert again.listed == 0
+    assert again.masked == first.masked
+    (root / "d5" / "sub" / ".envrc").write_text("S=2")
+    (root / "d0").rename(root / "moved")
+    os.link(root / "d5" / "sub" / ".envrc", root / "d9" / "sub" / "innocent.txt")
+    (root / "d12" / "sub" / "link").symlink_to(root / "moved" / "sub" / ".env")
+    later = scanner.scan(str(root))
+    assert set(later.masked) == {
+        str(root / "moved" / "sub" / ".env"),
+        str(root / "d5" / "sub" / ".envrc"),
+        str(root / "d9" / "sub" / "innocent.txt"),
+    }
+    assert 0 < later.listed < first.listed
+
+
+def test_a_recently_changed_directory_is_listed_again(
+    root: Path, protected: ProtectedPaths
+) -> None:
+    """A directory changed within the last two seconds is not trusted from memory: a change in
+    the same timestamp tick would leave its ctime as it was."""
+    (root / "sub").mkdir()
+    scanner = TreeScanner(protected)
+    scanner.scan(str(root))
+    assert scanner.scan(str(root)).listed == 2
