@@ -23,12 +23,12 @@ LABEL org.opencontainers.image.title="callgate" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0"
 
-# bubblewrap: the Bash sandbox; ripgrep: the Grep tool.
+# bubblewrap: the Bash sandbox; libseccomp2: its seccomp filter; ripgrep: the Grep tool.
 # DL3008: not version-pinned on purpose. Debian replaces point releases (security fixes) in
 # place, so exact pins break rebuilds; the pinned base image tag fixes the Debian release.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap ripgrep \
+ && apt-get install -y --no-install-recommends bubblewrap libseccomp2 ripgrep \
  && rm -rf /var/lib/apt/lists/*
 
 ENV VIRTUAL_ENV=/opt/callgate \

@@ -8,6 +8,9 @@ Measured on one plain asyncio loop against a real `callgate serve --sandbox bwra
       (Prepare with evaluate, then Invoke), sampled interleaved with (s);
   (t) streaming `head -c 200M /dev/zero` through InvokeStream: MB/s from Invoke to the
       finished call, the best of a few runs.
+Diagnostics, alternating with (s) again in a loop of their own: (l) with the sandbox lifeline,
+(f) with the seccomp filter (a fresh pipe holding the program, `--seccomp FD`); the server's
+(b) has both.
 Targets: (b) at most 3 ms above (s) at the median; (t) at least 100 MB/s.
 
 Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
@@ -37,6 +40,7 @@ from callgate.client.models import ToolCall
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.runner import CommandSpec
+from callgate.server.sandbox.seccomp import SeccompProgram, build_program
 from callgate.server.tools.command_spec import CommandSettings, command_env
 
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
@@ -164,8 +168,14 @@ def bare_argv(root: Path, bwrap: str) -> list[str]:
     return BwrapRunner(bwrap).argv(spec)
 
 
-async def spawn_bare(argv: list[str], env: dict[str, str], lifeline: bool = False) -> None:
-    """Run bwrap once; with `lifeline`, as the runner does (BASH_ENV script, watcher fork)."""
+async def spawn_bare(
+    argv: list[str],
+    env: dict[str, str],
+    lifeline: bool = False,
+    seccomp: SeccompProgram | None = None,
+) -> None:
+    """Run bwrap once; with `lifeline`, as the runner does (BASH_ENV script, watcher fork);
+    with `seccomp`, loading that filter as the runner does (a fresh fd per spawn)."""
     pass_fds: tuple[int, ...] = ()
     held: list[int] = []
     if lifeline:
@@ -173,6 +183,11 @@ async def spawn_bare(argv: list[str], env: dict[str, str], lifeline: bool = Fals
         env = {**env, **line.env}
         pass_fds = line.passed
         held = [*line.passed, line.write]
+    if seccomp is not None:
+        held.append(seccomp.open_fd())
+        pass_fds = (*pass_fds, held[-1])
+        split = argv.index("--")
+        argv = [*argv[:split], "--seccomp", str(held[-1]), *argv[split:]]
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -193,10 +208,12 @@ async def spawn_bare(argv: list[str], env: dict[str, str], lifeline: bool = Fals
 
 async def measure_latency(
     target: str, token: str, argv: list[str], iterations: int, warmup: int
-) -> tuple[Series, Series, Series, Series]:
+) -> tuple[Series, Series, Series, Series, Series]:
     bare = Series("(s) spawn `bwrap <same argv> bash -c true` and wait, same asyncio loop")
     e2e = Series('(b) `session.run("Bash", {"command": "true"})`, sandboxed, end to end')
     with_lifeline = Series("(l) diagnostic: (s) with the sandbox lifeline (BASH_ENV, watcher)")
+    with_seccomp = Series("(f) diagnostic: (s) with the seccomp filter (--seccomp, fresh pipe)")
+    program = build_program()
     env = {"PATH": "/usr/bin:/bin"}
     async with (
         CallgateClient(target, token=token) as client,
@@ -215,17 +232,20 @@ async def measure_latency(
                 e2e.samples_ns.append(end - middle)
     # The diagnostic in a loop of its own, alternating with the plain spawn: interleaved with
     # the end-to-end case it would disturb it (its sandbox's teardown overlaps the next one).
-    plain = Series("(s') (s) again, alternating with (l)")
+    plain = Series("(s') (s) again, alternating with (l) and (f)")
     for index in range(warmup + iterations):
         start = time.perf_counter_ns()
         await asyncio.wait_for(spawn_bare(argv, env), CALL_TIMEOUT)
         middle = time.perf_counter_ns()
         await asyncio.wait_for(spawn_bare(argv, env, lifeline=True), CALL_TIMEOUT)
+        filtered = time.perf_counter_ns()
+        await asyncio.wait_for(spawn_bare(argv, env, seccomp=program), CALL_TIMEOUT)
         end = time.perf_counter_ns()
         if index >= warmup:
             plain.samples_ns.append(middle - start)
-            with_lifeline.samples_ns.append(end - middle)
-    return bare, e2e, with_lifeline, plain
+            with_lifeline.samples_ns.append(filtered - middle)
+            with_seccomp.samples_ns.append(end - filtered)
+    return bare, e2e, with_lifeline, with_seccomp, plain
 
 
 async def measure_stream(target: str, token: str, runs: int) -> list[float]:
@@ -267,7 +287,7 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     async with AsyncExitStack() as stack:
         target, token = await stack.enter_async_context(callgate_server(root))
         argv = bare_argv(root, status.bwrap_path)
-        bare, e2e, with_lifeline, plain = await measure_latency(
+        bare, e2e, with_lifeline, with_seccomp, plain = await measure_latency(
             target, token, argv, args.iterations, args.warmup
         )
         rates = await measure_stream(target, token, args.stream_runs)
@@ -276,7 +296,7 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
     print("| case | p50 ms | p99 ms |")
     print("|---|---:|---:|")
-    for series in (bare, e2e, plain, with_lifeline):
+    for series in (bare, e2e, plain, with_lifeline, with_seccomp):
         print(f"| {series.label} | {series.p50_ms():.2f} | {series.p99_ms():.2f} |")
     print()
     print("| measure | value | target | result |")
@@ -291,6 +311,11 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     print(
         f"| diagnostic: the lifeline's share of (b) minus (s), (l) minus (s') at p50 "
         f"| {lifeline_ms:.2f} ms | — | — |"
+    )
+    seccomp_ms = with_seccomp.p50_ms() - plain.p50_ms()
+    print(
+        f"| diagnostic: the seccomp filter's share of (b) minus (s), (f) minus (s') at p50 "
+        f"| {seccomp_ms:.2f} ms | — | — |"
     )
     runs = ", ".join(f"{rate:.0f}" for rate in rates)
     print(

@@ -132,8 +132,8 @@ def build_runner(sandbox: SandboxStatus) -> CommandRunner:
     """bubblewrap when the startup self-test passed, else unconfined (already warned about).
     The mode is in the startup log, in every Session and in health-check trailers."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
-        runner = BwrapRunner(sandbox.bwrap_path)
-        if runner.lifeline and not lifeline_works(sandbox.bwrap_path):
+        runner = BwrapRunner(sandbox.bwrap_path, seccomp=sandbox.seccomp)
+        if runner.lifeline and not lifeline_works(sandbox.bwrap_path, sandbox.seccomp):
             runner.lifeline = False
             log.warning(
                 "the sandbox lifeline does not work here",
@@ -188,16 +188,21 @@ def _user_home() -> str | None:
 
 
 SANDBOX_MODE_METADATA = "callgate-sandbox-mode"
+SANDBOX_SECCOMP_METADATA = "callgate-sandbox-seccomp"
 
 
 class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  # untyped base
     """grpc.health.v1 whose Check answers also carry the sandbox mode in effect as trailing
-    metadata (`callgate-sandbox-mode: bwrap|none`): the health "details" an operator can read
-    with `callgate health` or `grpcurl -v`, since HealthCheckResponse has no details field."""
+    metadata (`callgate-sandbox-mode: bwrap|none`, `callgate-sandbox-seccomp: on|off`): the
+    health "details" an operator can read with `callgate health` or `grpcurl -v`, since
+    HealthCheckResponse has no details field."""
 
-    def __init__(self, sandbox_mode: str) -> None:
+    def __init__(self, sandbox_mode: str, seccomp: bool = False) -> None:
         super().__init__()
-        self._trailer = ((SANDBOX_MODE_METADATA, sandbox_mode),)
+        self._trailer = (
+            (SANDBOX_MODE_METADATA, sandbox_mode),
+            (SANDBOX_SECCOMP_METADATA, "on" if seccomp else "off"),
+        )
 
     async def Check(  # the gRPC method name
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -276,7 +281,9 @@ class App:
         self.tools = ToolRegistry(
             [
                 *file_tools(
-                    rg, self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None
+                    rg,
+                    self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None,
+                    self.sandbox.seccomp,
                 ),
                 *command_tools(self.runner, self.command_settings, background),
                 *process_tools(self.processes),
@@ -372,7 +379,9 @@ class App:
             self.audit_servicer.handlers(),
             self.authenticator,
         )
-        health_servicer = SandboxReportingHealth(self.sandbox.mode.value)
+        health_servicer = SandboxReportingHealth(
+            self.sandbox.mode.value, seccomp=self.sandbox.seccomp is not None
+        )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
             (

@@ -398,6 +398,8 @@ def _health(args: argparse.Namespace) -> int:
             for key, value in await call.trailing_metadata() or ():
                 if key == "callgate-sandbox-mode":
                     print(f"callgate: sandbox {value!s}", file=sys.stderr)
+                elif key == "callgate-sandbox-seccomp":
+                    print(f"callgate: seccomp {value!s}", file=sys.stderr)
             return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
     return anyio.run(main)

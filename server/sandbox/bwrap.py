@@ -24,7 +24,10 @@ the state directory is hidden. A bind of exactly a hidden directory is dropped (
 The process runs with no capabilities (`--cap-drop ALL`: bubblewrap started by root would
 otherwise keep them all) and `no_new_privs` (bubblewrap always sets it), in a new session
 (`--new-session`: no TIOCSTI into the server's terminal), and dies with the server
-(`--die-with-parent`). The environment is exactly `spec.env`, handed to bubblewrap through
+(`--die-with-parent`). When the runner has a seccomp program (`seccomp.py`: no setuid or
+setgid bits, no device nodes, no ptrace, keyring, bpf, io_uring, new namespaces, ...),
+bubblewrap loads it (`--seccomp FD`, a fresh pipe per spawn) just before it executes the
+command. The environment is exactly `spec.env`, handed to bubblewrap through
 execve rather than `--setenv` arguments: a command line is readable by every user of the host
 (`/proc/<pid>/cmdline`), an environment only by the same user.
 
@@ -57,6 +60,7 @@ from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
 from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec, CommandStartError
+from .seccomp import SeccompProgram
 
 log = logging.getLogger(__name__)
 
@@ -120,17 +124,20 @@ class Lifeline:
         return {"BASH_ENV": f"/proc/self/fd/{self.passed[1]}"}
 
 
-def lifeline_works(bwrap: str) -> bool:
-    """Startup self-test: a sandboxed `sleep` whose lifeline is cut at once must be killed.
+def lifeline_works(bwrap: str, seccomp: SeccompProgram | None = None) -> bool:
+    """Startup self-test: a sandboxed `sleep` whose lifeline is cut at once must be killed
+    (under the commands' seccomp filter, when there is one).
     It is not where bash is not PID 2 of the sandbox (bubblewrap installed setuid runs a
     helper there first): then the guard keeps the watcher from killing anything."""
+    opened: list[int] = []  # all closed below: the cut, as if the server had died
     try:
         lifeline = Lifeline.open()
-    except OSError:
-        return False
-    try:
+        opened += [*lifeline.passed, lifeline.write]
         argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         argv += ["--unshare-pid", "--die-with-parent", "--new-session"]
+        if seccomp is not None:
+            opened.append(seccomp.open_fd())
+            argv += ["--seccomp", str(opened[-1])]
         argv += ["--", BASH, "-c", "sleep 2"]
         process = subprocess.Popen(  # a fixed, harmless command in a PID namespace
             argv,
@@ -138,12 +145,12 @@ def lifeline_works(bwrap: str) -> bool:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin", **lifeline.env},
-            pass_fds=lifeline.passed,
+            pass_fds=[fd for fd in opened if fd != lifeline.write],
         )
     except OSError:
         return False
     finally:
-        for fd in (*lifeline.passed, lifeline.write):  # cut: as if the server had died
+        for fd in opened:
             os.close(fd)
     started = time.monotonic()
     try:
@@ -152,7 +159,10 @@ def lifeline_works(bwrap: str) -> bool:
         process.kill()
         process.wait()
         return False
-    return process.returncode != 0 and time.monotonic() - started < 1.5
+    # Killed by the watcher: 128 + SIGKILL, reported by bubblewrap's init. bubblewrap failing
+    # its own setup (a filter the kernel refuses, say) exits 1 and does not count.
+    killed = process.returncode == 128 + signal.SIGKILL
+    return killed and time.monotonic() - started < 1.5
 
 
 def lifeline_script(lifeline_fd: int, script_fd: int) -> bytes:
@@ -301,8 +311,10 @@ def bwrap_argv(
     *,
     info_fd: int | None = None,
     anchors: Mapping[str, int] | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
-    """The whole bubblewrap command line for `spec` (an argv list, never a shell string)."""
+    """The whole bubblewrap command line for `spec` (an argv list, never a shell string);
+    `seccomp_fd` holds the compiled filter (SeccompProgram.open_fd)."""
     argv = [bwrap, *_host_view(), *mount_plan(spec, anchors)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not spec.network:
@@ -310,6 +322,8 @@ def bwrap_argv(
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", spec.workdir]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--", BASH, "-c", spec.command]
     return argv
 
@@ -432,8 +446,13 @@ async def _until_exited(pidfds: list[int], limit: float) -> None:
 class BwrapRunner:
     """Starts commands under bubblewrap (see the module docstring)."""
 
-    def __init__(self, bwrap: str, lifeline: bool | None = None) -> None:
+    def __init__(
+        self, bwrap: str, lifeline: bool | None = None, seccomp: SeccompProgram | None = None
+    ) -> None:
         self.bwrap = bwrap
+        # The commands' seccomp filter (seccomp.py), built once per server; None: no filter
+        # (libseccomp missing, reported as a sandbox warning).
+        self.seccomp = seccomp
         # Not needed when this server is PID 1 of its PID namespace (the sidecar image's
         # entrypoint): when it dies the kernel kills every process of that namespace and of
         # the sandboxes' namespaces inside it, with no race. Elsewhere it costs ~0.5 ms/spawn.
@@ -449,8 +468,9 @@ class BwrapRunner:
         *,
         info_fd: int | None = None,
         anchors: Mapping[str, int] | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
-        return bwrap_argv(self.bwrap, spec, info_fd=info_fd, anchors=anchors)
+        return bwrap_argv(self.bwrap, spec, info_fd=info_fd, anchors=anchors, seccomp_fd=seccomp_fd)
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
@@ -464,12 +484,17 @@ class BwrapRunner:
             passed.append(info_write)
             anchors = open_anchors(spec)
             passed += anchors.values()
+            seccomp_fd = None
+            if self.seccomp is not None:
+                # bubblewrap reads the program to its end: a fresh fd per spawn.
+                seccomp_fd = self.seccomp.open_fd()
+                passed.append(seccomp_fd)
             if self.lifeline:
                 lifeline = Lifeline.open()
                 passed += lifeline.passed
                 env.update(lifeline.env)
             child, output, stdin = await spawn(
-                self.argv(spec, info_fd=info_write, anchors=anchors),
+                self.argv(spec, info_fd=info_write, anchors=anchors, seccomp_fd=seccomp_fd),
                 env=env,
                 cwd="/",
                 stdin=spec.stdin,

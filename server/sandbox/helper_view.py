@@ -9,8 +9,8 @@ between a regular file and a symlink would otherwise make it read whatever the s
 
 The tree itself is bound from a directory fd the server opened without following symlinks, so
 the view is exactly the tree that was checked even if a name on its path is swapped meanwhile.
-The helper runs in new namespaces (no network), with no capabilities, `no_new_privs`, in its
-own session, and dies with the server.
+The helper runs in new namespaces (no network), with no capabilities, `no_new_privs`, under the
+commands' seccomp filter, in its own session, and dies with the server.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def helper_argv(
     masked: Sequence[str],
     workdir: str,
     command: Sequence[str],
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """bubblewrap's command line running `command` in `workdir` with only `tree` (bound from
     `tree_fd`, read-only) visible beside the system directories; `masked` paths inside the
@@ -72,5 +73,7 @@ def helper_argv(
     for _, _, args in sorted(masks):
         argv += args
     argv += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--chdir", workdir, "--", *command]
     return argv

@@ -5,6 +5,7 @@ from __future__ import annotations
 from callgate.server.core.board import ApprovalBoard
 from callgate.server.core.tool import ToolPlugin
 from callgate.server.sandbox.runner import CommandRunner
+from callgate.server.sandbox.seccomp import SeccompProgram
 
 from .ask import AskUser
 from .bash import BackgroundStarter, Bash
@@ -18,11 +19,13 @@ from .skill import Skill
 from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 
 
-def file_tools(rg_path: str | None, bwrap_path: str | None = None) -> list[ToolPlugin]:
+def file_tools(
+    rg_path: str | None, bwrap_path: str | None = None, seccomp: SeccompProgram | None = None
+) -> list[ToolPlugin]:
     """ReadFile, WriteFile, EditFile, Glob and Grep. `rg_path` is the ripgrep executable
-    Grep runs confined by bubblewrap at `bwrap_path`; without both, Grep searches in Python
-    (same output, slower)."""
-    return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path, bwrap_path)]
+    Grep runs confined by bubblewrap at `bwrap_path` (under the commands' `seccomp` filter);
+    without both, Grep searches in Python (same output, slower)."""
+    return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path, bwrap_path, seccomp)]
 
 
 def process_tools(services: ProcessServices) -> list[ToolPlugin]:

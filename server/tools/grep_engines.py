@@ -26,6 +26,7 @@ from ..core.models import (
 from ..core.paths import ProtectedPaths
 from ..core.tool import ToolContext
 from ..sandbox.helper_view import helper_argv
+from ..sandbox.seccomp import SeccompProgram
 from ..sandbox.tree_scan import LinkGuard
 from . import fsaccess
 from .files import INLINE_READ_BYTES
@@ -51,6 +52,15 @@ log = logging.getLogger(__name__)
 # Characters that may stand in a protected-path glob handed to ripgrep as an exclusion: with
 # these, ripgrep's glob dialect and ours agree, so ripgrep never excludes more than we do.
 _RG_SAFE_GLOB = re.compile(r"\*\*/[^\[\]{}\\!]+\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class RipgrepConfinement:
+    """What runs ripgrep confined: its executable, bubblewrap, and the seccomp filter."""
+
+    rg_path: str
+    bwrap_path: str
+    seccomp: SeccompProgram | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +162,13 @@ async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
         raise SearchTimedOut
 
 
-async def search_with_ripgrep(
-    rg_path: str, bwrap_path: str, artifact: GrepArtifact, plan: GrepPlan, masked: list[str]
-) -> ToolResult | None:
-    """Run ripgrep confined to a view of the searched tree with `masked` covered
-    (`helper_view`): a path it opens by name can never lead outside that tree."""
-    max_count = artifact.max_matches + 1
+def _confined_argv(
+    confinement: RipgrepConfinement, artifact: GrepArtifact, plan: GrepPlan, masked: list[str]
+) -> tuple[list[str], list[int]]:
+    """bubblewrap's argv running ripgrep over the plan's target, and the fds it must be passed
+    (the tree's, opened without following symlinks, and the seccomp filter's)."""
     argv = [
-        rg_path,
+        confinement.rg_path,
         "--no-config",
         "--no-ignore",
         "--hidden",
@@ -173,30 +182,46 @@ async def search_with_ripgrep(
         "--encoding=none",
         # Only line numbers are read from ripgrep: the text comes from our own read.
         "--max-columns=1",
-        f"--max-count={max_count}",
+        f"--max-count={artifact.max_matches + 1}",
         "--ignore-case" if artifact.ignore_case else "--case-sensitive",
     ]
     root = plan.ctx.workspace.root
-    if not os.access(rg_path, os.X_OK):
+    if plan.is_directory:
+        if plan.glob is not None:
+            argv += [f"--glob={g}" for g in plan.glob.expansions]
+        # Exclusions last: a later glob wins, so a user glob cannot re-include them.
+        argv += _rg_exclusions(plan.ctx.workspace.protected)
+        cwd, operand = plan.target, "."
+        tree_fd = fsaccess.open_directory(root, plan.target)
+    else:
+        cwd, name = os.path.split(plan.target)
+        operand = "./" + name
+        tree_fd = fsaccess.open_beneath(root, plan.target, os.O_PATH)
+    argv += ["--", artifact.pattern, operand]
+    seccomp_fd = None
+    try:
+        if confinement.seccomp is not None:
+            seccomp_fd = confinement.seccomp.open_fd()
+    except BaseException:
+        os.close(tree_fd)
+        raise
+    argv = helper_argv(confinement.bwrap_path, plan.target, tree_fd, masked, cwd, argv, seccomp_fd)
+    return argv, [tree_fd] if seccomp_fd is None else [tree_fd, seccomp_fd]
+
+
+async def search_with_ripgrep(
+    confinement: RipgrepConfinement, artifact: GrepArtifact, plan: GrepPlan, masked: list[str]
+) -> ToolResult | None:
+    """Run ripgrep confined to a view of the searched tree with `masked` covered
+    (`helper_view`): a path it opens by name can never lead outside that tree."""
+    if not os.access(confinement.rg_path, os.X_OK):
         # ripgrep vanished since start-up: the Python engine gives the same answer.
         await search_in_python(artifact, plan)
         return None
     try:
-        if plan.is_directory:
-            if plan.glob is not None:
-                argv += [f"--glob={g}" for g in plan.glob.expansions]
-            # Exclusions last: a later glob wins, so a user glob cannot re-include them.
-            argv += _rg_exclusions(plan.ctx.workspace.protected)
-            cwd, operand = plan.target, "."
-            tree_fd = fsaccess.open_directory(root, plan.target)
-        else:
-            cwd, name = os.path.split(plan.target)
-            operand = "./" + name
-            tree_fd = fsaccess.open_beneath(root, plan.target, os.O_PATH)
+        argv, passed = _confined_argv(confinement, artifact, plan, masked)
     except (OSError, PathChanged):
         return None  # gone or swapped since the checks: nothing of it is searched
-    argv += ["--", artifact.pattern, operand]
-    argv = helper_argv(bwrap_path, plan.target, tree_fd, masked, cwd, argv)
     try:
         process = await anyio.open_process(
             argv,
@@ -205,14 +230,15 @@ async def search_with_ripgrep(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(tree_fd,),
+            pass_fds=passed,
         )
     except OSError:
         # bubblewrap vanished since start-up: the Python engine gives the same answer.
         await search_in_python(artifact, plan)
         return None
     finally:
-        os.close(tree_fd)
+        for fd in passed:
+            os.close(fd)
     errors = bytearray()
     ending = _Ending.DONE
     try:

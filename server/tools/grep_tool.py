@@ -19,9 +19,10 @@ from ..core.models import (
     ToolResult,
 )
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ..sandbox.seccomp import SeccompProgram
 from ..sandbox.tree_scan import ScanOverBudget
 from .files import changed_result, display, resolution_changed
-from .grep_engines import GrepPlan, search_in_python, search_with_ripgrep
+from .grep_engines import GrepPlan, RipgrepConfinement, search_in_python, search_with_ripgrep
 from .grep_scan import GrepOutput, grep_result
 from .search_patterns import MAX_PATTERN_CHARS, GrepGlob, PatternUnsupported, compile_grep_regex
 from .search_walk import SearchTimedOut, gone, kind_now, short_pattern, tree_requirement
@@ -76,12 +77,22 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
     artifact: ClassVar[type[Artifact]] = GrepArtifact
     requirement_kinds: ClassVar[tuple[str, ...]] = (RequirementKind.FILESYSTEM_READ.value,)
 
-    def __init__(self, rg_path: str | None, bwrap_path: str | None = None) -> None:
-        """`rg_path` is the ripgrep executable and `bwrap_path` bubblewrap, which confines it;
-        without both Grep searches in Python (same output, slower): ripgrep opens paths by name,
-        so it never runs with the server's authority over a workspace an agent can change."""
+    def __init__(
+        self,
+        rg_path: str | None,
+        bwrap_path: str | None = None,
+        seccomp: SeccompProgram | None = None,
+    ) -> None:
+        """`rg_path` is the ripgrep executable and `bwrap_path` bubblewrap, which confines it
+        (under the commands' `seccomp` filter); without both Grep searches in Python (same
+        output, slower): ripgrep opens paths by name, so it never runs with the server's
+        authority over a workspace an agent can change."""
         self.rg_path = rg_path if bwrap_path is not None else None
-        self.bwrap_path = bwrap_path
+        self.confinement = (
+            RipgrepConfinement(rg_path, bwrap_path, seccomp)
+            if rg_path is not None and bwrap_path is not None
+            else None
+        )
 
     def prepare_args(self, args: GrepArguments, ctx: ToolContext) -> Prepared:
         try:
@@ -166,10 +177,10 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
         )
         try:
             failure = None
-            if self.rg_path is None or self.bwrap_path is None:
+            if self.confinement is None:
                 await search_in_python(artifact, plan)
             else:
-                failure = await self._search_confined(self.rg_path, self.bwrap_path, artifact, plan)
+                failure = await self._search_confined(self.confinement, artifact, plan)
         except SearchTimedOut:
             return ToolResult.error(
                 "timed_out",
@@ -181,7 +192,7 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
         return grep_result(plan.out, rel)
 
     async def _search_confined(
-        self, rg_path: str, bwrap_path: str, artifact: GrepArtifact, plan: GrepPlan
+        self, confinement: RipgrepConfinement, artifact: GrepArtifact, plan: GrepPlan
     ) -> ToolResult | None:
         """ripgrep in a view of the searched tree whose secrets, and other names of them, are
         masked: one walk of the workspace finds both (and answers the hard-link checks of the
@@ -200,4 +211,4 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
                 "nothing was searched; use a smaller workspace or raise tools.scan_seconds.",
             )
         confined = replace(plan, links=link_guard(plan.ctx, exposure))
-        return await search_with_ripgrep(rg_path, bwrap_path, artifact, confined, exposure.masked)
+        return await search_with_ripgrep(confinement, artifact, confined, exposure.masked)

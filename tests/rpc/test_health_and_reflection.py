@@ -24,12 +24,14 @@ async def test_health_reports_serving(harness: Harness) -> None:
 
 
 async def test_health_reports_the_sandbox_mode_in_effect(harness: Harness) -> None:
-    """Check answers carry the sandbox mode as trailing metadata (the server here runs `none`)."""
+    """Check answers carry the sandbox mode and whether a seccomp filter confines commands as
+    trailing metadata (the server here runs `none`, so no filter)."""
     async with grpc.aio.insecure_channel(harness.tcp_target) as channel:
         call = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         await call
         trailers = dict(await call.trailing_metadata() or ())
         assert trailers["callgate-sandbox-mode"] == "none"
+        assert trailers["callgate-sandbox-seccomp"] == "off"
 
 
 async def test_reflection_lists_the_tool_service(harness: Harness) -> None:
