@@ -23,6 +23,7 @@ from callgate.client.connection import (
 from callgate.client.errors import (
     ERROR_DOMAIN,
     ApprovalTimeoutError,
+    ApproveOnceOnlyError,
     AuthenticationError,
     CallDeniedError,
     CallgateClientError,
@@ -82,6 +83,7 @@ __all__ = [
     "ApprovalItem",
     "ApprovalTimeoutError",
     "Approvals",
+    "ApproveOnceOnlyError",
     "Audit",
     "AuditEvent",
     "AuthenticationError",
