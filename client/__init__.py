@@ -25,6 +25,7 @@ from callgate.client.connection import (
 from callgate.client.errors import (
     ERROR_DOMAIN,
     ApprovalTimeoutError,
+    ApproveOnceOnlyError,
     AuthenticationError,
     CallDeniedError,
     CallgateClientError,
@@ -84,6 +85,7 @@ __all__ = [
     "ApprovalItem",
     "ApprovalTimeoutError",
     "Approvals",
+    "ApproveOnceOnlyError",
     "Audit",
     "AuditEvent",
     "AuthenticationError",

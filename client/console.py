@@ -25,6 +25,8 @@ from callgate.client.approvals import Approvals
 from callgate.client.conversion import ApprovalItem
 from callgate.client.display import (
     DECISION_PROMPT,
+    ONCE_ONLY_PROMPT,
+    approve_once_only,
     render_approval,
     render_question,
     render_resolved,
@@ -90,7 +92,8 @@ class ApproverConsole:
     """Shows pending items one at a time on `out` and acts on the lines typed in answer.
 
     For a call: `o` approves once, `s` for the session, `a` always, `d` asks for a note and
-    denies, `k` skips (the call stays pending for other approvers). For a question: a choice
+    denies, `k` skips (the call stays pending for other approvers); a call with a human-only
+    requirement takes only `o`, `d` or `k`. For a question: a choice
     number or text answers it, an empty line skips it. The digest sent with a decision is
     the one shown. With `once`, the console returns after its first decision or answer.
     """
@@ -178,6 +181,8 @@ class ApproverConsole:
                 self._write(f"answer ({numbers}text; empty line skips) ? ")
             case _, "note":
                 self._write(_NOTE_PROMPT)
+            case PendingApproval() as item, _ if approve_once_only(item):
+                self._write(ONCE_ONLY_PROMPT)
             case _:
                 self._write(DECISION_PROMPT)
 
@@ -245,6 +250,16 @@ class ApproverConsole:
         if self._stage == "note":
             return await self._decide(current, DecisionKind.DENY, line.strip())
         word = line.strip().lower()
+        once_only = approve_once_only(current)
+        if once_only and _CHOICES.get(word, DecisionKind.APPROVE_ONCE) is not (
+            DecisionKind.APPROVE_ONCE
+        ):
+            self._write(
+                "this call writes a file that makes programs run code: only a human can "
+                "approve it, once; type o, d or k, then Enter\n"
+            )
+            self._prompt()
+            return False
         if word in _CHOICES:
             return await self._decide(current, _CHOICES[word])
         if word in _DENY:
@@ -255,7 +270,11 @@ class ApproverConsole:
             self._show_next()
             return False
         else:
-            self._write("type o, s, a, d or k, then Enter\n")
+            self._write(
+                "type o, d or k, then Enter\n"
+                if once_only
+                else "type o, s, a, d or k, then Enter\n"
+            )
         self._prompt()
         return False
 

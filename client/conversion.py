@@ -136,6 +136,7 @@ def requirement_from_proto(message: tool_call_pb2.Requirement) -> Requirement:
         scope=message.scope,
         match=message.match,
         description=message.description,
+        human_only=message.human_only,
     )
 
 

@@ -28,6 +28,8 @@ from callgate.client.models import (
 
 __all__ = [
     "DECISION_PROMPT",
+    "ONCE_ONLY_PROMPT",
+    "approve_once_only",
     "count_hidden",
     "render_approval",
     "render_question",
@@ -38,6 +40,16 @@ __all__ = [
 
 DECISION_PROMPT: Final = "[o]nce  [s]ession  [a]lways  [d]eny  [k]skip ? "
 """The prompt an approver answers for a pending call."""
+
+ONCE_ONLY_PROMPT: Final = "[o]nce  [d]eny  [k]skip (only a human can approve this, once) ? "
+"""The prompt for a call with a human-only requirement: no session or always decision."""
+
+
+def approve_once_only(item: PendingApproval) -> bool:
+    """True when the call can be approved only once (a human-only requirement): the server
+    refuses APPROVE_FOR_SESSION and APPROVE_ALWAYS for it."""
+    return any(r.human_only for r in (*item.unmet, *item.call.requirements))
+
 
 _HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 _NAMED_ESCAPES: Final = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
@@ -133,9 +145,14 @@ def _requirements(out: _Lines, title: str, requirements: Sequence[Requirement]) 
         if requirement.scope and requirement.scope != requirement.match:
             out.add(f"       scope:       {out.safe(requirement.scope)}")
         out.add(f"       description: {out.safe(requirement.description)}")
+        if requirement.human_only:
+            out.add("       ONLY A HUMAN can approve this, each time; no rule can cover it")
 
 
-def _candidates(out: _Lines, candidates: Sequence[RuleCandidate]) -> None:
+def _candidates(out: _Lines, candidates: Sequence[RuleCandidate], once_only: bool) -> None:
+    if once_only:
+        out.add("  [s]ession / [a]lways: not possible, approve once or deny")
+        return
     out.add("  [s]ession / [a]lways would also allow:")
     if not candidates:
         out.add("    (nothing: no rule would be saved)")
@@ -167,7 +184,7 @@ def render_approval(item: PendingApproval, *, now: datetime | None = None) -> st
     if item.working_directory:
         out.field("working dir", item.working_directory)
     out.field("digest", call.digest)
-    _candidates(out, item.candidates)
+    _candidates(out, item.candidates, approve_once_only(item))
     out.field("deadline", _deadline(item.deadline, now))
     return out.text()
 

@@ -16,6 +16,7 @@ Hierarchy::
     │                                CALL_EXPIRED, CALL_ALREADY_INVOKED, CALL_STATE_INVALID,
     │                                DIGEST_MISMATCH, NO_APPROVER
     ├── RuleReadOnlyError            FAILED_PRECONDITION: RULE_READ_ONLY (a config rule)
+    ├── ApproveOnceOnlyError         FAILED_PRECONDITION: APPROVE_ONCE_ONLY (a human-only call)
     ├── RequestIdConflictError       ALREADY_EXISTS: REQUEST_ID_CONFLICT
     ├── LimitExceededError           RESOURCE_EXHAUSTED: SESSION_LIMIT, CALL_LIMIT,
     │                                CONCURRENCY_LIMIT, PROCESS_LIMIT, LOOP_LIMIT
@@ -45,6 +46,7 @@ from callgate.client.models import Denial, DenialKind, ToolCall
 __all__ = [
     "ERROR_DOMAIN",
     "ApprovalTimeoutError",
+    "ApproveOnceOnlyError",
     "AuthenticationError",
     "CallDeniedError",
     "CallNotFoundError",
@@ -151,6 +153,11 @@ class RuleReadOnlyError(CallgateClientError):
     """The rule comes from the server's configuration and cannot be deleted over the API."""
 
 
+class ApproveOnceOnlyError(CallgateClientError):
+    """The call has a human-only requirement (a write to a file that makes programs run
+    code): decide it with APPROVE_ONCE or DENY; no session or always rule may cover it."""
+
+
 class RequestIdConflictError(CallgateClientError):
     """The request ID was used before with a different payload."""
 
@@ -223,6 +230,7 @@ _BY_REASON: Final[Mapping[str, type[CallgateClientError]]] = {
     "CALL_NOT_FOUND": CallNotFoundError,
     "RULE_NOT_FOUND": RuleNotFoundError,
     "RULE_READ_ONLY": RuleReadOnlyError,
+    "APPROVE_ONCE_ONLY": ApproveOnceOnlyError,
     "CALL_NOT_APPROVED": CallStateError,
     "CALL_DENIED": CallStateError,
     "CALL_EXPIRED": CallStateError,

@@ -103,6 +103,8 @@ class Requirement(_Frozen):
     scope: str
     match: str
     description: str
+    # Only a human may approve it, each time: decide the call with APPROVE_ONCE or DENY.
+    human_only: bool = False
 
 
 class Decision(_Frozen):

@@ -5,6 +5,8 @@ A decision is checked and applied with no await in between, so when several appr
 decide the same call exactly one wins and the others get CALL_STATE_INVALID. The one
 exception is APPROVE_ALWAYS, which first makes its rules durable: the call is claimed
 (`CallRecord.deciding`) for the duration of the write, and a failed write approves nothing.
+A call with a human-only requirement (`Gate.needs_human`) takes only APPROVE_ONCE or DENY:
+APPROVE_FOR_SESSION and APPROVE_ALWAYS are refused with APPROVE_ONCE_ONLY.
 """
 
 from __future__ import annotations
@@ -94,6 +96,15 @@ class Approvals:
             return self.lifecycle.decide_by_human(record, principal.name, False, note)
         if kind is ApproverDecision.APPROVE_ONCE:
             return self.lifecycle.decide_by_human(record, principal.name, True, note)
+        if any(self.lifecycle.gate.needs_human(r) for r in record.requirements):
+            # Refused rather than quietly approved once: the approver asked for a rule, and
+            # must learn that none may ever cover this call before approving it.
+            raise FailedPrecondition(
+                "APPROVE_ONCE_ONLY",
+                "The call writes a file that makes programs run code, which only a human may "
+                "approve each time; decide it with APPROVE_ONCE or DENY.",
+                metadata={"execution_id": execution_id},
+            )
         pending = self.lifecycle.board.pending_approval(execution_id)
         candidates = pending.candidates if pending is not None else ()
         if kind is ApproverDecision.APPROVE_FOR_SESSION:

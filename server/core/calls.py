@@ -23,7 +23,9 @@ def compute_digest(tool_name: str, prepared: Prepared) -> str:
     document = {
         "tool": tool_name,
         "summary": prepared.summary,
-        "requirements": [[r.kind, r.scope, r.match, r.description] for r in prepared.requirements],
+        "requirements": [
+            [r.kind, r.scope, r.match, r.description, r.human_only] for r in prepared.requirements
+        ],
         "artifact": prepared.artifact.model_dump(mode="json"),
     }
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

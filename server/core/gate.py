@@ -3,10 +3,13 @@
 Evaluation order (DESIGN section 4.3): validate the request; route every requirement to its
 access value (protected paths first); any Deny ends it; then every deny rule before any allow
 rule; gated requirements covered by allow rules are met; whatever is left needs a human.
+A human-only requirement (a write to a file that makes programs run code) is never met by an
+Allow default or an allow rule: it always goes to a human, or is denied headless.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +42,7 @@ class AccessDefaults(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """The gate's answer. `access` is ALLOW (approved by policy), GATED (a human must decide
-    `unmet`) or DENY (see `denial`)."""
+    `unmet`, where human-only requirements carry `human_only`) or DENY (see `denial`)."""
 
     access: Access
     reason: str
@@ -113,6 +116,10 @@ class Gate:
         used: set[str] = set()
         unmet: list[Requirement] = []
         for requirement, access in routed:
+            if self.needs_human(requirement):
+                # Neither the access default nor any allow rule meets it, however wide.
+                unmet.append(dataclasses.replace(requirement, human_only=True))
+                continue
             if access is Access.ALLOW:
                 continue
             # Collective for commands: different shell segments may be met by different rules.
@@ -142,6 +149,19 @@ class Gate:
         ):
             return False
         return self.protected.is_protected(requirement.match.removeprefix(TREE_PREFIX))
+
+    def needs_human(self, requirement: Requirement) -> bool:
+        """True for a requirement only a human may approve: marked so by its tool, or a write
+        to an exact path that makes programs run code (`ProtectedPaths.needs_human_to_write`),
+        marked or not."""
+        if requirement.human_only:
+            return True
+        if requirement.kind != RequirementKind.FILESYSTEM_WRITE:
+            return False
+        if requirement.match.startswith(TREE_PREFIX):
+            # A tree write (a Bash declaration) leaves read-only files read-only in the sandbox.
+            return False
+        return self.protected.needs_human_to_write(requirement.match)
 
     def _route(self, requirement: Requirement, workspace_root: str) -> Access:
         kind = requirement.kind

@@ -66,12 +66,19 @@ TREE_PREFIX = "tree:"
 @dataclass(frozen=True, slots=True)
 class Requirement:
     """One capability a call needs. `kind` is a plain string so unknown kinds reach the gate
-    (which denies them) instead of failing somewhere less visible."""
+    (which denies them) instead of failing somewhere less visible.
+
+    `human_only` marks a requirement no policy may meet: neither an Allow access default nor
+    an allow rule approves it, and no rule is ever offered or saved for it (a write to a file
+    that makes programs run code, such as `.git/config`). Only tools set it, from the
+    canonical path; the gate also derives it on its own, so a tool that forgets cannot
+    weaken it."""
 
     kind: str
     scope: str
     match: str
     description: str
+    human_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ DEFAULT_DENIED_GLOBS: tuple[str, ...] = (
 DEFAULT_READONLY_GLOBS: tuple[str, ...] = (
     "**/.git/config",
     "**/.git/config.worktree",
+    # A `commondir` file sends git to the config (and hooks) of another directory.
+    "**/.git/**/commondir",
     "**/.git/hooks/**",
     "**/.git/modules/**/config",
     "**/.git/modules/**/hooks/**",
@@ -188,6 +190,12 @@ class ProtectedPaths:
     def is_readonly(self, path: str) -> bool:
         """True for a file that makes programs run code (`DEFAULT_READONLY_GLOBS`)."""
         return self._readonly.matches(path)
+
+    def needs_human_to_write(self, path: str) -> bool:
+        """True when a file tool's write to `path` must wait for a human, each time: a
+        read-only file, or a file named `.git` (a `gitdir:` pointer sends git to a config
+        elsewhere; a `.git` directory stays writable to commands, so it is no read-only glob)."""
+        return self.is_readonly(path) or os.path.basename(path).lower() == ".git"
 
     def overlaps_tree(self, root: str) -> bool:
         """True when `root` itself, or a directory it sits in, is protected."""

@@ -231,8 +231,12 @@ def offered_candidates(
 ) -> tuple[RuleCandidate, ...]:
     """The candidates an approver is offered: those that cover at least one unmet
     requirement, in their normalized form, never a pattern over every path or command (the
-    tools never propose one; this refuses it again should one slip through)."""
+    tools never propose one; this refuses it again should one slip through). None at all
+    when a requirement is human-only: such a call is approved once or denied, never by a
+    session or always decision (`Approvals.decide` refuses those)."""
     unmet = tuple(unmet)
+    if any(r.human_only for r in unmet):
+        return ()
     offered: dict[tuple[str, str], RuleCandidate] = {}
     for candidate in candidates:
         try:

@@ -9,9 +9,8 @@ from callgate.server.core.approvals import Approvals, ApproverDecision
 from callgate.server.core.board import PendingApproval, PendingQuestion, Resolved
 from callgate.server.core.rules import Effect, Rule
 from callgate.v1 import approval_service_pb2 as pb
-from callgate.v1 import tool_call_pb2
 
-from .convert import call_to_proto, state_to_proto, timestamp
+from .convert import call_to_proto, requirement_to_proto, state_to_proto, timestamp
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 
 
@@ -64,12 +63,7 @@ def item_to_proto(item: PendingApproval | PendingQuestion | Resolved) -> pb.Watc
                     pb.RuleCandidate(kind=c.kind, match=c.match, description=c.description)
                     for c in item.candidates
                 ],
-                unmet=[
-                    tool_call_pb2.Requirement(
-                        kind=r.kind, scope=r.scope, match=r.match, description=r.description
-                    )
-                    for r in item.unmet
-                ],
+                unmet=[requirement_to_proto(r) for r in item.unmet],
                 command=item.command,
                 working_directory=item.working_directory,
                 requested_by=item.requested_by,

@@ -13,6 +13,7 @@ from callgate.server.core.models import (
     Decision,
     Denial,
     DenialKind,
+    Requirement,
     SandboxMode,
     State,
     ToolInfo,
@@ -110,6 +111,16 @@ def _denial(denial: Denial) -> tool_call_pb2.Denial:
     )
 
 
+def requirement_to_proto(requirement: Requirement) -> tool_call_pb2.Requirement:
+    return tool_call_pb2.Requirement(
+        kind=requirement.kind,
+        scope=requirement.scope,
+        match=requirement.match,
+        description=requirement.description,
+        human_only=requirement.human_only,
+    )
+
+
 def call_to_proto(call: CallSnapshot) -> tool_call_pb2.ToolCall:
     message = tool_call_pb2.ToolCall(
         execution_id=call.execution_id,
@@ -118,12 +129,7 @@ def call_to_proto(call: CallSnapshot) -> tool_call_pb2.ToolCall:
         tool_name=call.tool_name,
         state=state_to_proto(call.state),
         summary=call.summary,
-        requirements=[
-            tool_call_pb2.Requirement(
-                kind=r.kind, scope=r.scope, match=r.match, description=r.description
-            )
-            for r in call.requirements
-        ],
+        requirements=[requirement_to_proto(r) for r in call.requirements],
         digest=call.digest,
         create_time=timestamp(call.create_time),
         update_time=timestamp(call.update_time),

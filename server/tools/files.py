@@ -93,6 +93,29 @@ def _file_requirement(kind: RequirementKind, verb: str, canonical: str) -> Requi
     )
 
 
+# Why a write to a read-only file waits for a human, in the words the approver reads.
+HUMAN_ONLY_WHY = "a file that makes programs run code; only a human can approve it, each time"
+
+
+def _write_request(
+    ctx: ToolContext, canonical: str
+) -> tuple[Requirement, tuple[RuleCandidate, ...]]:
+    """The requirement of a write to `canonical` and the rule it could be approved by; a
+    file that makes programs run code (`ProtectedPaths.needs_human_to_write`) gets a
+    human-only requirement that says why, and no rule candidate."""
+    if ctx.workspace.protected.needs_human_to_write(canonical):
+        requirement = Requirement(
+            kind=RequirementKind.FILESYSTEM_WRITE.value,
+            scope=canonical,
+            match=canonical,
+            description=f"write {canonical} — {HUMAN_ONLY_WHY}",
+            human_only=True,
+        )
+        return requirement, ()
+    requirement = _file_requirement(RequirementKind.FILESYSTEM_WRITE, "write", canonical)
+    return requirement, (RuleCandidate(requirement.kind, canonical, requirement.description),)
+
+
 def _prepare_file_path(ctx: ToolContext, raw: str) -> str:
     """Resolve a file path argument; its last component may not be a symlink."""
     canonical = ctx.workspace.resolve(raw, "path")
@@ -431,7 +454,9 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
         "Write a whole file in the workspace, creating missing parent directories. An "
         "existing file may be overwritten only after this loop has read it in full with "
         "ReadFile and it has not changed since. The write is atomic; the file keeps its mode "
-        "(new files get 0644)."
+        "(new files get 0644). Writing a file that makes programs run code (.git/config, git "
+        "hooks, .gitmodules, shell startup files, editor and agent configuration) always "
+        "waits for a human approver, whatever the policy."
     )
     arguments: ClassVar[type[Arguments]] = WriteFileArguments
     artifact: ClassVar[type[Artifact]] = WriteFileArtifact
@@ -444,7 +469,7 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
                 "content", f"the content is larger than {ctx.limits.write_max_bytes} bytes"
             )
         canonical = _prepare_file_path(ctx, args.path)
-        requirement = _file_requirement(RequirementKind.FILESYSTEM_WRITE, "write", canonical)
+        requirement, candidates = _write_request(ctx, canonical)
         return Prepared(
             summary=f"WriteFile {display(ctx.workspace.relative(canonical))}",
             requirements=(requirement,),
@@ -454,7 +479,7 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
                 content=args.content,
                 creates=not os.path.lexists(canonical),
             ),
-            candidates=(RuleCandidate(requirement.kind, canonical, requirement.description),),
+            candidates=candidates,
         )
 
     async def run(self, artifact: WriteFileArtifact, ctx: ToolContext) -> ToolResult:
@@ -603,7 +628,10 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
     description: ClassVar[str] = (
         "Replace exact text in a file: `old` must occur exactly once (or set replace_all). "
         "Requires that this loop has read the whole file with ReadFile and that it has not "
-        "changed since. The write is atomic; the result is a short unified diff."
+        "changed since. The write is atomic; the result is a short unified diff. Editing a "
+        "file that makes programs run code (.git/config, git hooks, .gitmodules, shell "
+        "startup files, editor and agent configuration) always waits for a human approver, "
+        "whatever the policy."
     )
     arguments: ClassVar[type[Arguments]] = EditFileArguments
     artifact: ClassVar[type[Artifact]] = EditFileArtifact
@@ -615,7 +643,7 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
         if args.old == args.new:
             raise arguments_invalid("new", "new is the same as old; the edit would change nothing")
         canonical = _prepare_file_path(ctx, args.path)
-        requirement = _file_requirement(RequirementKind.FILESYSTEM_WRITE, "write", canonical)
+        requirement, candidates = _write_request(ctx, canonical)
         return Prepared(
             summary=f"EditFile {display(ctx.workspace.relative(canonical))}",
             requirements=(requirement,),
@@ -626,7 +654,7 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
                 new=args.new,
                 replace_all=args.replace_all,
             ),
-            candidates=(RuleCandidate(requirement.kind, canonical, requirement.description),),
+            candidates=candidates,
         )
 
     async def run(self, artifact: EditFileArtifact, ctx: ToolContext) -> ToolResult:

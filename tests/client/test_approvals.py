@@ -13,6 +13,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from google.protobuf import message
 
 from callgate.client import (
+    ApproveOnceOnlyError,
     CallgateClient,
     DecisionKind,
     PendingApproval,
@@ -23,6 +24,7 @@ from callgate.client import (
     State,
 )
 from callgate.client.console import ApproverConsole
+from callgate.client.display import ONCE_ONLY_PROMPT
 from callgate.v1 import approval_service_pb2, approval_service_pb2_grpc, tool_call_pb2
 from tests.client.scripted_server import TIME, call_message, rich_status
 
@@ -117,11 +119,16 @@ class ScriptedApprovalService(approval_service_pb2_grpc.ApprovalServiceServicer)
         await self._refused("DeleteRule", context)
         return approval_service_pb2.DeleteRuleResponse()
 
-    async def pending(self, execution_id: str, *, tool: str = "WriteFile") -> None:
+    async def pending(
+        self, execution_id: str, *, tool: str = "WriteFile", human_only: bool = False
+    ) -> None:
         call = call_message(tool_call_pb2.STATE_AWAITING_APPROVAL, execution_id, tool_name=tool)
         call.digest = DIGEST
         requirement = tool_call_pb2.Requirement(
-            kind="filesystem.write", match="/ws/a.txt", description="write /ws/a.txt"
+            kind="filesystem.write",
+            match="/ws/a.txt",
+            description="write /ws/a.txt",
+            human_only=human_only,
         )
         call.requirements.append(requirement)
         await self.items[0].send(
@@ -342,6 +349,55 @@ async def test_console_reports_a_refused_decision_and_moves_on(
             await screen.shows("no pending calls")
             keyboard.send.close()
     assert results == [0]
+
+
+@pytest.mark.anyio
+async def test_console_offers_only_once_or_deny_for_a_human_only_call(
+    approver: CallgateClient, service: ScriptedApprovalService
+) -> None:
+    """A human-only call is shown as such; `a` and `s` are refused on the spot (nothing is
+    sent) and `o` approves it once."""
+    screen, keyboard, results = Screen(), Keyboard(), list[int]()
+    console = ApproverConsole(approver.approvals, screen, once=True)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(_run, console, keyboard, results)
+            await service.pending("ex-1", human_only=True)
+            await screen.shows(ONCE_ONLY_PROMPT)
+            assert "ONLY A HUMAN" in screen.getvalue()
+            for word in ("a", "session"):
+                await keyboard.type(word)
+            await screen.shows(ONCE_ONLY_PROMPT, count=3)
+            assert service.decided == []
+            await keyboard.type("o")
+    assert results == [0]
+    assert [d.kind for d in service.decided] == [approval_service_pb2.DECISION_KIND_APPROVE_ONCE]
+
+
+@pytest.mark.anyio
+async def test_an_approve_once_only_refusal_keeps_the_call_on_screen(
+    approver: CallgateClient, service: ScriptedApprovalService
+) -> None:
+    """APPROVE_ONCE_ONLY raises ApproveOnceOnlyError; the console asks again instead of
+    dropping the call."""
+    with anyio.fail_after(5):
+        service.refuse["Decide"] = rich_status(Code.FAILED_PRECONDITION, "APPROVE_ONCE_ONLY")
+        with pytest.raises(ApproveOnceOnlyError):
+            await approver.approvals.decide("ex-1", DIGEST, DecisionKind.APPROVE_ALWAYS)
+    screen, keyboard, results = Screen(), Keyboard(), list[int]()
+    console = ApproverConsole(approver.approvals, screen, once=True)
+    service.refuse["Decide"] = rich_status(Code.FAILED_PRECONDITION, "APPROVE_ONCE_ONLY")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(_run, console, keyboard, results)
+            await service.pending("ex-1")  # a server that marks nothing still refuses
+            await screen.shows("[o]nce")
+            await keyboard.type("a")
+            await screen.shows("could not send it: APPROVE_ONCE_ONLY")
+            await screen.shows("[o]nce", count=2)
+            await keyboard.type("o")
+    assert results == [0]
+    assert [d.kind for d in service.decided] == [approval_service_pb2.DECISION_KIND_APPROVE_ONCE]
 
 
 @pytest.mark.anyio

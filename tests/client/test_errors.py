@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from callgate.client import (
+    ApproveOnceOnlyError,
     AuthenticationError,
     CallgateClient,
     CallgateClientError,
@@ -46,6 +47,7 @@ REASONS: list[tuple[grpc.StatusCode, str, type[CallgateClientError]]] = [
     (Code.NOT_FOUND, "CALL_NOT_FOUND", CallNotFoundError),
     (Code.NOT_FOUND, "RULE_NOT_FOUND", RuleNotFoundError),
     (Code.FAILED_PRECONDITION, "RULE_READ_ONLY", RuleReadOnlyError),
+    (Code.FAILED_PRECONDITION, "APPROVE_ONCE_ONLY", ApproveOnceOnlyError),
     (Code.FAILED_PRECONDITION, "CALL_NOT_APPROVED", CallStateError),
     (Code.FAILED_PRECONDITION, "CALL_DENIED", CallStateError),
     (Code.FAILED_PRECONDITION, "CALL_EXPIRED", CallStateError),

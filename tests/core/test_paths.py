@@ -289,6 +289,8 @@ def test_glob_translation(glob: str, path: str, expected: bool) -> None:
         (".idea/workspace.xml", True),
         (".mcp.json", True),
         (".ripgreprc", True),
+        (".git/commondir", True),
+        (".git/worktrees/w1/commondir", True),
         (".git/HEAD", False),
         (".git/objects/ab/cdef", False),
         ("src/config", False),
@@ -300,3 +302,22 @@ def test_files_that_run_code_are_readonly_anywhere(
 ) -> None:
     """Git config and hooks, shell startup and editor/agent config match at any depth, any case."""
     assert protected.is_readonly(f"/ws/{relative}") is expected
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        (".git/config", True),
+        (".git", True),
+        ("sub/module/.git", True),
+        (".GIT", True),
+        (".gitignore", False),
+        ("src/main.py", False),
+    ],
+)
+def test_a_file_named_git_needs_a_human_to_write_like_the_readonly_files(
+    protected: ProtectedPaths, relative: str, expected: bool
+) -> None:
+    """A `.git` file (a `gitdir:` pointer to another config) waits for a human like
+    .git/config, though a `.git` directory is no read-only glob."""
+    assert protected.needs_human_to_write(f"/ws/{relative}") is expected

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +13,13 @@ from hypothesis import strategies as st
 
 from callgate.server.core.commands import WordKind, parse_command, parse_family
 from callgate.server.core.gate import AccessDefaults, Gate, Verdict
-from callgate.server.core.models import Access, DenialKind, Requirement, RequirementKind
+from callgate.server.core.models import (
+    Access,
+    DenialKind,
+    Requirement,
+    RequirementKind,
+    RuleCandidate,
+)
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
 from callgate.server.core.rules import (
     Effect,
@@ -19,6 +27,7 @@ from callgate.server.core.rules import (
     RuleBook,
     RulePatternError,
     normalize_pattern,
+    offered_candidates,
     pattern_covers,
 )
 
@@ -517,9 +526,88 @@ def test_an_error_while_evaluating_denies_the_call() -> None:
     assert denial_kind(verdict) is DenialKind.REFUSED
 
 
+# ------------------------------------------------------------------ human-only writes
+
+ALLOW_WRITES = AccessDefaults(workspace_write=Access.ALLOW)
+
+
+# The allow rules a human-only write ignores, each built for the path written.
+_ALLOWING: dict[str, Callable[[str], list[Rule]]] = {
+    "allow-default": lambda path: [],
+    "config-tree": lambda path: [allow(WRITE, f"tree:{WS}", rule_id="config-tree")],
+    "always-tree": lambda path: [allow(WRITE, f"tree:{WS}", f"workspace:{WS}", "always-tree")],
+    "session-tree": lambda path: [
+        allow(WRITE, f"tree:{os.path.dirname(path)}", f"session:{SESSION}", "session-tree")
+    ],
+    "always-exact": lambda path: [allow(WRITE, path, f"workspace:{WS}", "always-exact")],
+}
+
+
+@pytest.mark.parametrize(
+    "path", [f"{WS}/.git/config", f"{WS}/.git/hooks/pre-commit", f"{WS}/sub/.bashrc"]
+)
+@pytest.mark.parametrize("allowing", sorted(_ALLOWING))
+def test_a_write_to_a_file_that_runs_code_is_never_approved_by_policy(
+    path: str, allowing: str
+) -> None:
+    """An Allow default and any allow rule, exact or tree, leave it to a human, marked so."""
+    verdict = gate(_ALLOWING[allowing](path), ALLOW_WRITES).evaluate(
+        [requirement(WRITE, path)], SESSION, WS
+    )
+    assert verdict.access is Access.GATED
+    assert [(r.match, r.human_only) for r in verdict.unmet] == [(path, True)]
+    assert verdict.rule_ids == ()
+
+
+def test_a_requirement_a_tool_marks_human_only_is_never_approved_by_policy() -> None:
+    """The marker alone is honoured, whatever the path, the default or the rules."""
+    marked = Requirement(WRITE, f"{WS}/notes.md", f"{WS}/notes.md", "write notes", True)
+    verdict = gate([allow(WRITE, f"tree:{WS}")], ALLOW_WRITES).evaluate([marked], SESSION, WS)
+    assert verdict.access is Access.GATED
+    assert verdict.unmet == (marked,)
+
+
+def test_deny_rules_and_deny_defaults_still_deny_a_human_only_write() -> None:
+    """Human-only narrows what policy approves; it never turns a deny into a question."""
+    write = requirement(WRITE, f"{WS}/.git/config")
+    refused = gate([deny(WRITE, f"tree:{WS}/.git")], ALLOW_WRITES).evaluate([write], SESSION, WS)
+    assert denial_kind(refused) is DenialKind.REFUSED
+    no_writes = gate([allow(WRITE, f"tree:{WS}")], AccessDefaults(workspace_write=Access.DENY))
+    assert denial_kind(no_writes.evaluate([write], SESSION, WS)) is DenialKind.OUT_OF_SCOPE
+
+
+def test_an_ordinary_write_beside_a_human_only_one_is_still_met_by_policy() -> None:
+    """Only the human-only requirement is left unmet, and it is the only one shown."""
+    ordinary, config = requirement(WRITE, f"{WS}/a.txt"), requirement(WRITE, f"{WS}/.git/config")
+    verdict = gate([allow(WRITE, f"tree:{WS}")]).evaluate([ordinary, config], SESSION, WS)
+    assert verdict.access is Access.GATED
+    assert [r.match for r in verdict.unmet] == [config.match]
+
+
+def test_a_tree_write_over_the_workspace_is_not_human_only() -> None:
+    """A Bash tree declaration stays rule-coverable: the sandbox keeps read-only files
+    read-only inside any tree it grants."""
+    verdict = gate([allow(WRITE, f"tree:{WS}")]).evaluate(
+        [requirement(WRITE, f"tree:{WS}")], SESSION, WS
+    )
+    assert verdict.access is Access.ALLOW
+
+
+def test_no_rule_candidate_is_offered_when_a_requirement_is_human_only() -> None:
+    """Neither the exact path nor any other candidate of the call is offered for saving."""
+    config = dataclasses.replace(requirement(WRITE, f"{WS}/.git/config"), human_only=True)
+    command = requirement(COMMAND, "git status")
+    candidates = [
+        RuleCandidate(WRITE, config.match, "write"),
+        RuleCandidate(COMMAND, "git status", "run"),
+    ]
+    assert offered_candidates(candidates, [config, command]) == ()
+    assert [c.match for c in offered_candidates(candidates, [command])] == ["git status"]
+
+
 # ------------------------------------------------------------------ gate properties
 
-_PATHS = [WS, f"{WS}/a", f"{WS}/a/b", f"{WS}/b", f"{WS}/.env", "/elsewhere/x"]
+_PATHS = [WS, f"{WS}/a", f"{WS}/a/b", f"{WS}/b", f"{WS}/.env", f"{WS}/.git/config", "/elsewhere/x"]
 _TARGETS: dict[str, list[str]] = {
     READ: _PATHS + [f"tree:{p}" for p in _PATHS],
     WRITE: _PATHS + [f"tree:{p}" for p in _PATHS],
@@ -600,8 +688,9 @@ def test_removing_allow_rules_never_makes_a_verdict_more_permissive(
 def test_an_allow_verdict_is_always_justified(
     reqs: list[Requirement], rules: list[Rule], session_id: str
 ) -> None:
-    """ALLOW means: no applicable deny rule covers anything, nothing is protected or unknown, and
-    every requirement is default-allowed inside the workspace or covered by an allow rule."""
+    """ALLOW means: no applicable deny rule covers anything, nothing is protected, unknown or a
+    write to a file that runs code, and every requirement is default-allowed inside the
+    workspace or covered by an allow rule."""
     verdict = evaluate(reqs, rules, session_id=session_id)
     if verdict.access is not Access.ALLOW:
         return
@@ -614,6 +703,8 @@ def test_an_allow_verdict_is_always_justified(
         if req.kind in (READ, WRITE):
             assert not protected.is_protected(path)
             assert path == WS or path.startswith(WS + "/")
+        if req.kind == WRITE and not req.match.startswith("tree:"):
+            assert not protected.is_readonly(path)
         default_allowed = req.kind in (READ, PROCESS)
         allowing = [r for r in applicable if r.effect is Effect.ALLOW]
         if req.kind == COMMAND:

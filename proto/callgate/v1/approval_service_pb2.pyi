@@ -31,10 +31,13 @@ class _DecisionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Decision
     DECISION_KIND_APPROVE_ONCE: _DecisionKind.ValueType  # 1
     """Approve this call only."""
     DECISION_KIND_APPROVE_FOR_SESSION: _DecisionKind.ValueType  # 2
-    """Approve, and add the call's rule candidates as allow rules for this session."""
+    """Approve, and add the call's rule candidates as allow rules for this session. Refused
+    (FAILED_PRECONDITION, reason APPROVE_ONCE_ONLY) for a call with a human_only requirement.
+    """
     DECISION_KIND_APPROVE_ALWAYS: _DecisionKind.ValueType  # 3
     """Approve, and persist the candidates as allow rules for the session's workspace; the
-    rules are stored durably before the call is approved.
+    rules are stored durably before the call is approved. Refused like
+    DECISION_KIND_APPROVE_FOR_SESSION for a call with a human_only requirement.
     """
     DECISION_KIND_DENY: _DecisionKind.ValueType  # 4
     """Deny the call with the note."""
@@ -46,10 +49,13 @@ DECISION_KIND_UNSPECIFIED: DecisionKind.ValueType  # 0
 DECISION_KIND_APPROVE_ONCE: DecisionKind.ValueType  # 1
 """Approve this call only."""
 DECISION_KIND_APPROVE_FOR_SESSION: DecisionKind.ValueType  # 2
-"""Approve, and add the call's rule candidates as allow rules for this session."""
+"""Approve, and add the call's rule candidates as allow rules for this session. Refused
+(FAILED_PRECONDITION, reason APPROVE_ONCE_ONLY) for a call with a human_only requirement.
+"""
 DECISION_KIND_APPROVE_ALWAYS: DecisionKind.ValueType  # 3
 """Approve, and persist the candidates as allow rules for the session's workspace; the
-rules are stored durably before the call is approved.
+rules are stored durably before the call is approved. Refused like
+DECISION_KIND_APPROVE_FOR_SESSION for a call with a human_only requirement.
 """
 DECISION_KIND_DENY: DecisionKind.ValueType  # 4
 """Deny the call with the note."""
@@ -153,12 +159,16 @@ class PendingApproval(_message.Message):
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___RuleCandidate]:
         """The allow rules an APPROVE_FOR_SESSION or APPROVE_ALWAYS decision would save: the exact
         path (or tree for Glob/Grep), tcp://host:port, the exact command or a family over one
-        simple segment's leading words. Never a wildcard over all commands or paths.
+        simple segment's leading words. Never a wildcard over all commands or paths. Empty when
+        an unmet requirement is human_only.
         """
 
     @_builtins.property
     def unmet(self) -> _containers.RepeatedCompositeFieldContainer[_tool_call_pb2.Requirement]:
-        """The requirements the policy did not meet; these are what the approver decides."""
+        """The requirements the policy did not meet; these are what the approver decides. A
+        requirement only a human may approve, each time, has human_only set here (even when the
+        tool did not mark it in call.requirements).
+        """
 
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:

@@ -206,6 +206,7 @@ class Requirement(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     MATCH_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    HUMAN_ONLY_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """One of "filesystem.read", "filesystem.write", "command.execute", "network",
     "context.load", "process.input". An unknown kind is always denied.
@@ -217,7 +218,15 @@ class Requirement(_message.Message):
     "tcp://host:port", an exact normalized command, or "skill:<name>".
     """
     description: _builtins.str
-    """For humans, e.g. "read /work/src/app.py"."""
+    """For humans, e.g. "read /work/src/app.py". For a human-only requirement it also says why."""
+    human_only: _builtins.bool
+    """True when only a human may approve this requirement, each time: no access default and
+    no allow rule meets it, no rule candidate is offered for it, and a call holding it can
+    be decided only with DECISION_KIND_APPROVE_ONCE or DECISION_KIND_DENY (session and
+    always decisions fail with FAILED_PRECONDITION, reason APPROVE_ONCE_ONLY). Set by the
+    server for writes to files that make programs run code (.git/config, git hooks, shell
+    startup files, editor and agent configuration); headless servers deny such calls.
+    """
     def __init__(
         self,
         *,
@@ -225,10 +234,11 @@ class Requirement(_message.Message):
         scope: _builtins.str = ...,
         match: _builtins.str = ...,
         description: _builtins.str = ...,
+        human_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "kind", b"kind", "match", b"match", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "human_only", b"human_only", "kind", b"kind", "match", b"match", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
