@@ -204,7 +204,8 @@ def _list_directory(
                     result.protected_inodes.append(stat_ino)
             else:
                 result.files.append((inode, child))
-                if protected.is_readonly(child):
+                # A `.git` file (`gitdir: …`) sends git to a config elsewhere: read-only too.
+                if protected.needs_human_to_write(child):
                     result.readonly.append(child)
         return result
     except OSError:

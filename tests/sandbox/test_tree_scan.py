@@ -95,8 +95,11 @@ def test_files_that_run_code_are_listed_read_only(root: Path, protected: Protect
         (repo / ".git" / "config").write_text("[core]\n")
         (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (root / ".bashrc").write_text("")
+    (root / "worktree").mkdir()
+    (root / "worktree" / ".git").write_text("gitdir: ../.git/worktrees/w\n")
     found = scan_tree(str(root), protected)
     assert set(found.readonly) == {
+        str(root / "worktree" / ".git"),
         str(root / ".git" / "hooks"),
         str(root / ".git" / "config"),
         str(root / "vendor" / "lib" / ".git" / "hooks"),

@@ -101,6 +101,8 @@ async def test_git_config_and_hooks_are_read_only_to_commands(sandboxed: Harness
     the private HOME is not read: an allowed `git status` runs nothing of the agent's."""
     git = make_repository(sandboxed.workspace)
     (sandboxed.workspace / ".bashrc").write_text("# user's\n")
+    (sandboxed.workspace / "sub").mkdir()
+    (sandboxed.workspace / "sub" / ".git").write_text("gitdir: ../.git\n")
     before = (git / "config").read_text()
     marker = sandboxed.workspace / "pwned"
     attack = (
@@ -110,13 +112,15 @@ async def test_git_config_and_hooks_are_read_only_to_commands(sandboxed: Harness
         "chmod +x .git/hooks/pre-commit; rm -f .git/config; mv .git/config .git/c2; "
         "mv .git .g; mv .git/hooks .git/h2; echo x >> .bashrc; "
         "git config --global core.fsmonitor 'touch pwned'; "
-        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > ~/.gitconfig; echo done"
+        f"printf '[core]\\n\\tfsmonitor = touch {marker}\\n' > ~/.gitconfig; "
+        "echo 'gitdir: /tmp/planted' > sub/.git; rm -f sub/.git; echo done"
     )
     text = await bash(sandboxed, attack)
     assert text.endswith("done\n[exit code: 0]")
     assert (git / "config").read_text() == before
     assert list((git / "hooks").iterdir()) == []
     assert (sandboxed.workspace / ".bashrc").read_text() == "# user's\n"
+    assert (sandboxed.workspace / "sub" / ".git").read_text() == "gitdir: ../.git\n"
     assert (sandboxed.workspace / ".git").is_dir()
     await bash(sandboxed, "git status >/dev/null 2>&1; true")
     assert not marker.exists()
