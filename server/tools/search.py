@@ -55,7 +55,7 @@ from callgate.server.core.models import (
     RuleCandidate,
     ToolResult,
 )
-from callgate.server.core.paths import ProtectedPaths
+from callgate.server.core.paths import ProtectedPaths, real_path
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
 from . import fsaccess
@@ -530,9 +530,10 @@ def _globbable(entry: os.DirEntry[str], entry_path: str, ctx: ToolContext) -> bo
             return False
     except OSError:
         return False
-    target = os.path.realpath(entry_path)
+    target = real_path(entry_path)
     return (
-        ctx.workspace.contains(target)
+        target is not None
+        and ctx.workspace.contains(target)
         and not ctx.workspace.protected.is_protected(target)
         and os.path.isfile(target)
     )
