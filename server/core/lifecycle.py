@@ -39,7 +39,7 @@ from .errors import (
 from .gate import Gate, Verdict
 from .journal import Journal, JsonValue, NullJournal
 from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
-from .paths import ProtectedPaths, Workspace, is_within
+from .paths import ProtectedPaths, Workspace, is_within, lexical_path, real_path
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
 from .rules import offered_candidates
@@ -870,20 +870,22 @@ class Lifecycle:
         return record
 
     def _resolve_workspace(self, workspace: str) -> str:
+        """The canonical root of a requested workspace. Outside the allowed roots the answer
+        is one and the same whether the directory exists or not, and a path whose text is
+        outside them (`/proc/self/cwd`) is refused before anything is looked up."""
         raw = workspace or self.settings.default_workspace
         if "\x00" in raw or not os.path.isabs(raw):
             raise InvalidArgument(
                 "WORKSPACE_INVALID", "The workspace must be an absolute path to a directory."
             )
-        root = os.path.realpath(raw)
+        if workspace and not self._in_allowed_roots(lexical_path(workspace)):
+            raise _outside_allowed_roots()
+        root = real_path(raw)
+        if root is None or not self._in_allowed_roots(root):
+            raise _outside_allowed_roots()
         if not os.path.isdir(root):
             raise InvalidArgument(
                 "WORKSPACE_INVALID", "The workspace is not an existing directory."
-            )
-        if not any(is_within(root, allowed) for allowed in self.settings.allowed_roots):
-            raise InvalidArgument(
-                "WORKSPACE_INVALID",
-                "The workspace is outside the server's allowed roots; use one inside them.",
             )
         if self.protected.is_protected(root):
             raise InvalidArgument(
@@ -891,6 +893,9 @@ class Lifecycle:
                 "The workspace is a protected directory (secrets or server state).",
             )
         return root
+
+    def _in_allowed_roots(self, path: str) -> bool:
+        return any(is_within(path, allowed) for allowed in self.settings.allowed_roots)
 
     def _check_accepting(self) -> None:
         if self._shutting_down:
@@ -925,6 +930,13 @@ def _fingerprint(loop_id: str, tool_name: str, arguments_json: str, evaluate: bo
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()
+
+
+def _outside_allowed_roots() -> InvalidArgument:
+    return InvalidArgument(
+        "WORKSPACE_INVALID",
+        "The workspace is outside the server's allowed roots; use one inside them.",
+    )
 
 
 def _request_id_conflict() -> AlreadyExists:

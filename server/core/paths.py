@@ -207,6 +207,40 @@ def is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+# Kernel views of processes and devices: `/proc/self/cwd`, `/proc/self/exe` and
+# `/proc/self/fd/N` resolve, on the server, to the server's own directory, interpreter and open
+# files. No path below them is ever looked up on a caller's behalf.
+MAGIC_ROOTS: tuple[str, ...] = ("/proc", "/sys")
+
+
+def lexical_path(absolute: str) -> str:
+    """An absolute path with `.`, `..`, repeated and trailing slashes folded by its text alone,
+    nothing looked up on the host (POSIX keeps a leading `//`; it is folded too)."""
+    folded = os.path.normpath(absolute)
+    return "/" + folded.lstrip("/") if folded.startswith("//") else folded
+
+
+def real_path(path: str) -> str | None:
+    """`os.path.realpath`, or None where it fails: a symlink the server may not read (such
+    as `/proc/1/root`) raises PermissionError, which must answer like any other escape, not
+    as an internal error."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return None
+
+
+def is_magic(path: str) -> bool:
+    """True for a lexical absolute path in /proc or /sys (`MAGIC_ROOTS`)."""
+    return any(is_within(path, root) for root in MAGIC_ROOTS)
+
+
+OUTSIDE_WORKSPACE = (
+    "the path is outside the workspace or leads out of it (through .. or a symbolic link); "
+    "use a path inside the workspace"
+)
+
+
 class Workspace:
     """A session's workspace root and path resolution inside it."""
 
@@ -219,7 +253,12 @@ class Workspace:
 
     def resolve(self, raw: str, field: str) -> str:
         """Resolve a workspace-relative (or absolute, inside the workspace) path through
-        symlinks to a canonical absolute path; anything that escapes is ARGUMENTS_INVALID."""
+        symlinks to a canonical absolute path; anything that escapes is ARGUMENTS_INVALID.
+
+        An absolute path whose text is outside the workspace is refused before anything is
+        looked up (`/proc/self/cwd` would resolve to the server's directory), and every escape
+        gets the same answer: where a path leads outside, and whether it exists there, is never
+        told."""
         if not raw:
             raise arguments_invalid(field, "the path is empty")
         if "\x00" in raw:
@@ -227,12 +266,12 @@ class Workspace:
             raise arguments_invalid(field, "the path holds a NUL byte")
         if len(raw) > 4096:
             raise arguments_invalid(field, "the path is longer than 4096 characters")
+        if raw.startswith("/") and not self.contains(lexical_path(raw)):
+            raise arguments_invalid(field, OUTSIDE_WORKSPACE)
         joined = raw if raw.startswith("/") else os.path.join(self.root, raw)
-        canonical = os.path.realpath(joined)
-        if not self.contains(canonical):
-            raise arguments_invalid(
-                field, "the path resolves outside the workspace; use a path inside it"
-            )
+        canonical = real_path(joined)
+        if canonical is None or not self.contains(canonical):
+            raise arguments_invalid(field, OUTSIDE_WORKSPACE)
         return canonical
 
     def relative(self, canonical: str) -> str:

@@ -20,6 +20,12 @@ Decisions:
   is taken from the workspace root and must stay inside it; outside the workspace a path must
   be absolute and must exist (nothing is created outside the workspace). A directory must be
   declared as `tree:<dir>`, and `tree:` needs a directory, so what is bound is what was shown.
+- Errors never tell the agent a host fact it did not write. Outside the workspace Prepare
+  reads only the text of a declaration (`.`, `..` and slashes folded): the requirement shows
+  exactly that path, and existence, kind and symlinks are checked at Invoke, after approval,
+  where a path that is not its own real path is refused (an agent that wants what `/tmp/link`
+  points to declares the target). `/proc` and `/sys` paths are refused: there `self` is the
+  server.
 - Supervision escapes (`nohup`, `setsid`, `disown`, `coproc`, `bg`, and any `&` that runs a
   command asynchronously, also inside literal `bash -c` strings) are refused for background
   commands. In the foreground they are allowed under bubblewrap, where the PID namespace ends
@@ -50,6 +56,7 @@ from ..core.models import (
     SandboxMode,
     ToolResult,
 )
+from ..core.paths import is_magic, lexical_path, real_path
 from ..core.rules import is_network_target
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 from ..sandbox.runner import (
@@ -113,20 +120,35 @@ def _declared_path(raw: str, field: str, ctx: ToolContext, *, must_exist: bool) 
     if "\x00" in path:
         raise arguments_invalid(field, "the path holds a NUL byte")
     if path.startswith("/"):
-        canonical = os.path.realpath(path)
-    else:
-        canonical = os.path.realpath(os.path.join(ctx.workspace.root, path))
-        if not ctx.workspace.contains(canonical):
+        written = lexical_path(path)
+        if is_magic(written):
             raise arguments_invalid(
-                field, "a relative path must stay inside the workspace; give an absolute path"
+                field,
+                "paths in /proc and /sys cannot be declared; declare the real path of the file "
+                "or directory the command needs",
             )
-    inside = ctx.workspace.contains(canonical)
-    exists = os.path.exists(canonical)
-    if not exists and (must_exist or not inside):
+        if not ctx.workspace.contains(written):
+            # Outside the workspace nothing is looked up before the call is approved: the
+            # answer to Prepare is the same whether the path exists, is a symlink or lies in a
+            # place the server hides. Invoke checks that it exists, is of the declared kind
+            # and is its own real path.
+            return PathDeclaration(raw=raw, match=TREE_PREFIX + written if tree else written)
+        joined = path
+    else:
+        joined = os.path.join(ctx.workspace.root, path)
+    canonical = real_path(joined)
+    if canonical is None or not ctx.workspace.contains(canonical):
         raise arguments_invalid(
-            field, "the path does not exist; declare an existing file or tree:<directory>"
+            field,
+            "the path leads out of the workspace (through .. or a symbolic link); declare the "
+            "real absolute path instead",
         )
-    if exists:
+    if not os.path.exists(canonical):
+        if must_exist:
+            raise arguments_invalid(
+                field, "the path does not exist; declare an existing file or tree:<directory>"
+            )
+    else:
         is_dir = os.path.isdir(canonical)
         if tree and not is_dir:
             raise arguments_invalid(field, "tree: needs a directory; declare the file itself")

@@ -16,7 +16,7 @@ from ..core.models import (
     TREE_PREFIX,
     ToolResult,
 )
-from ..core.paths import is_within
+from ..core.paths import is_within, real_path
 from ..core.tool import ToolContext
 from ..sandbox.runner import (
     CommandSpec,
@@ -30,6 +30,8 @@ from .workspace_scan import session_scanner
 # How far below the workspace (and declared trees) protected paths are looked for and masked.
 MASK_MAX_DEPTH = 4
 MASK_MAX_ENTRIES = 2000
+# A declaration is named in an error by what the agent wrote, cut to this many characters.
+SHOWN_DECLARATION_CHARS = 160
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Set for every command; config passthrough cannot replace them.
 FIXED_ENV_NAMES = frozenset(
@@ -81,18 +83,46 @@ def _changed(what: str) -> CommandRefused:
     )
 
 
+def _declaration_refused(code: str, text: str) -> CommandRefused:
+    return CommandRefused(ToolResult.error(code, text))
+
+
 def _recheck_declaration(declaration: PathDeclaration, ctx: ToolContext, kind: str) -> None:
+    """Re-resolve a declaration as the agent wrote it. Messages name only that text (escaped,
+    cut): never where it resolves, which may be a place the agent cannot see."""
     raw = declaration.raw.removeprefix(TREE_PREFIX)
     joined = raw if raw.startswith("/") else os.path.join(ctx.workspace.root, raw)
-    shown = display(declaration.match)
-    if os.path.realpath(joined) != declaration.path:
-        raise _changed(f"The {kind} declaration {shown}")
-    if not ctx.workspace.contains(declaration.path) and not os.path.exists(declaration.path):
-        raise CommandRefused(
-            ToolResult.error(
-                "path_missing",
-                f"The declared {kind} path {shown} does not exist any more; nothing was run.",
-            )
+    shown = display(declaration.raw)
+    if len(shown) > SHOWN_DECLARATION_CHARS:
+        shown = shown[: SHOWN_DECLARATION_CHARS - 1] + "…"
+    if real_path(joined) != declaration.path:
+        # Outside the workspace the approved path is the text the agent wrote (Prepare looks
+        # nothing up there), so a symlink or `..` on its way lands here as well as a change.
+        raise _declaration_refused(
+            "resolution_changed",
+            f"The {kind} declaration {shown} is not the real path that was approved (a "
+            "symbolic link or .. on its way, or a change since Prepare); nothing was run, "
+            "declare the real path and prepare the call again.",
+        )
+    if ctx.workspace.contains(declaration.path):
+        return
+    if not os.path.exists(declaration.path):
+        raise _declaration_refused(
+            "path_missing",
+            f"The declared {kind} path {shown} does not exist; nothing was run.",
+        )
+    is_dir = os.path.isdir(declaration.path)
+    if declaration.is_tree and not is_dir:
+        raise _declaration_refused(
+            "not_a_directory",
+            f"The {kind} declaration {shown} is not a directory; nothing was run, declare "
+            "the file itself.",
+        )
+    if is_dir and not declaration.is_tree:
+        raise _declaration_refused(
+            "is_a_directory",
+            f"The {kind} declaration {shown} is a directory; nothing was run, declare it as "
+            "tree:<directory>.",
         )
 
 

@@ -19,6 +19,7 @@ from ..core.models import (
     RuleCandidate,
     ToolResult,
 )
+from ..core.paths import real_path
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 from . import fsaccess
 from .files import display, resolution_changed
@@ -123,9 +124,10 @@ def _globbable(entry: os.DirEntry[str], entry_path: str, ctx: ToolContext) -> bo
             return False
     except OSError:
         return False
-    target = os.path.realpath(entry_path)
+    target = real_path(entry_path)
     return (
-        ctx.workspace.contains(target)
+        target is not None
+        and ctx.workspace.contains(target)
         and not ctx.workspace.protected.is_protected(target)
         and os.path.isfile(target)
     )

@@ -149,15 +149,13 @@ async def execute(bash: Bash, raw: dict[str, object], ctx: ToolContext) -> ToolR
         ({"command": "true", "access": []}, "arguments.access"),
         ({"command": "true", "access": {"read": ["/etc/hostname"] * 33}}, "arguments.access.read"),
         ({"command": "true", "access": {"read": [1]}}, "arguments.access.read[0]"),
-        ({"command": "true", "access": {"read": ["/nonexistent/x"]}}, "arguments.access.read[0]"),
-        ({"command": "true", "access": {"read": ["/etc"]}}, "arguments.access.read[0]"),
-        (
-            {"command": "true", "access": {"read": ["tree:/etc/hostname"]}},
-            "arguments.access.read[0]",
-        ),
         ({"command": "true", "access": {"read": ["tree:"]}}, "arguments.access.read[0]"),
+        ({"command": "true", "access": {"read": ["/proc/self/cwd"]}}, "arguments.access.read[0]"),
+        ({"command": "true", "access": {"write": ["tree:/sys"]}}, "arguments.access.write[0]"),
+        ({"command": "true", "access": {"read": ["missing"]}}, "arguments.access.read[0]"),
+        ({"command": "true", "access": {"read": ["tree:file.txt"]}}, "arguments.access.read[0]"),
+        ({"command": "true", "access": {"read": [".ssh"]}}, "arguments.access.read[0]"),
         ({"command": "true", "access": {"write": ["../outside"]}}, "arguments.access.write[0]"),
-        ({"command": "true", "access": {"write": ["/nonexistent"]}}, "arguments.access.write[0]"),
         (
             {"command": "true", "access": {"network": ["example.com"]}},
             "arguments.access.network[0]",
@@ -464,6 +462,41 @@ async def test_changed_workdir_fails_closed(bash: Bash, ctx: ToolContext, worksp
     result = await bash.invoke(prepared.artifact, ctx)
     assert (result.is_error, result.error_code) == (True, "resolution_changed")
     assert not (workspace / "elsewhere" / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("declare", "code"),
+    [
+        ({"read": ["{tmp}/nonexistent/x"]}, "path_missing"),
+        ({"write": ["{tmp}/nonexistent"]}, "path_missing"),
+        ({"read": ["{tmp}/dir"]}, "is_a_directory"),
+        ({"read": ["tree:{tmp}/file"]}, "not_a_directory"),
+        ({"read": ["{tmp}/link"]}, "resolution_changed"),
+        ({"write": ["tree:{tmp}/dir/../link"]}, "resolution_changed"),
+    ],
+)
+async def test_declarations_outside_the_workspace_are_checked_at_invoke(
+    bash: Bash,
+    ctx: ToolContext,
+    workspace: Path,
+    tmp_path: Path,
+    declare: dict[str, list[str]],
+    code: str,
+) -> None:
+    """Outside the workspace Prepare takes a declaration's text as written (its requirement
+    shows just that); a missing path, the wrong kind or a symlink on its way is refused at
+    Invoke, before anything runs."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x\n")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    access = {k: [v.replace("{tmp}", str(tmp_path)) for v in vs] for k, vs in declare.items()}
+    prepared = bash.prepare({"command": "touch ran", "access": access}, ctx)
+    written = next(iter(access.values()))[0]
+    tree = "tree:" if written.startswith("tree:") else ""
+    assert prepared.requirements[1].match == tree + os.path.normpath(written.removeprefix(tree))
+    result = await bash.invoke(prepared.artifact, ctx)
+    assert (result.is_error, result.error_code) == (True, code)
+    assert not (workspace / "ran").exists()
 
 
 async def test_vanished_write_declaration_fails_closed(
