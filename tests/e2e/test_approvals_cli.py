@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ import anyio
 import pytest
 
 from callgate.client import CallgateClient, DenialKind, State, ToolCall, default_state_dir
+from tests.support.serving import wait_until_serving
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 TMUX = shutil.which("tmux")
@@ -73,14 +73,7 @@ def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         text=True,
     )
     try:
-        assert process.stderr is not None
-        deadline = time.monotonic() + 20
-        for line in process.stderr:
-            if "serving on" in line:
-                break
-            assert time.monotonic() < deadline, "server did not start"
-        else:
-            pytest.fail("callgate serve exited before serving")
+        wait_until_serving(process)
         yield work
     finally:
         process.terminate()

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -17,6 +16,7 @@ from typing import IO
 import pytest
 
 from callgate.client import default_state_dir
+from tests.support.serving import wait_until_serving
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 
@@ -67,14 +67,7 @@ def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         text=True,
     )
     try:
-        assert process.stderr is not None
-        deadline = time.monotonic() + 20
-        for line in process.stderr:
-            if "serving on" in line:
-                break
-            assert time.monotonic() < deadline, "server did not start"
-        else:
-            pytest.fail("callgate serve exited before serving")
+        wait_until_serving(process)
         yield work
     finally:
         process.terminate()

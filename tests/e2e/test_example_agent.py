@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -17,6 +16,7 @@ import anyio
 import pytest
 
 from callgate.client import CallgateClient, DecisionKind, PendingApproval, default_state_dir
+from tests.support.serving import wait_until_serving
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_loop.py"
@@ -39,14 +39,8 @@ def server_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         text=True,
     )
     try:
+        wait_until_serving(process)
         assert process.stderr is not None
-        deadline = time.monotonic() + 20
-        for line in process.stderr:
-            if "serving on" in line:
-                break
-            assert time.monotonic() < deadline, "server did not start"
-        else:
-            pytest.fail("callgate serve exited before serving")
         # Keep reading the log so that a chatty server never blocks on a full pipe.
         threading.Thread(target=process.stderr.read, daemon=True).start()
         yield work

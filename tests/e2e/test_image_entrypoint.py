@@ -11,11 +11,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.serving import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -178,16 +179,7 @@ def test_entrypoint_serves_and_answers_the_health_check(image_venv: Path, image_
         text=True,
     )
     try:
-        assert process.stderr is not None
-        deadline = time.monotonic() + 30
-        startup = []
-        for line in process.stderr:
-            startup.append(line)
-            if "serving on" in line:
-                break
-            assert time.monotonic() < deadline, "callgate serve did not start"
-        else:
-            pytest.fail("callgate serve exited before serving:\n" + "".join(startup))
+        startup = wait_until_serving(process, seconds=30)
         assert f"unix://{image_root}/run/callgate.sock" in "".join(startup)
 
         done = subprocess.run(

@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from callgate.v1 import approval_service_pb2 as apb
 from tests.support.approvals import approver
 from tests.support.calls import open_session, run
 from tests.support.server import serve
+from tests.support.serving import wait_until_serving
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 OTHER_UID = 65534  # nobody
@@ -183,14 +183,7 @@ def test_default_state_dir_lies_outside_the_workspace_and_the_cli_finds_it(
         text=True,
     )
     try:
-        assert process.stderr is not None
-        deadline = time.monotonic() + 20
-        for line in process.stderr:
-            if "serving on" in line:
-                break
-            assert time.monotonic() < deadline, "server did not start"
-        else:
-            pytest.fail("callgate serve exited before serving")
+        wait_until_serving(process)
         health = _cli("health", cwd=workspace, env=env)
         assert (health.returncode, health.stdout.strip()) == (0, "SERVING"), health.stderr
         tools = _cli("tools", cwd=workspace, env=env)
