@@ -52,6 +52,8 @@ class TreeExposure:
     masked: list[str] = field(default_factory=list)
     readonly: list[str] = field(default_factory=list)
     protected_inodes: set[int] = field(default_factory=set)
+    # `.git` directories without a `hooks` directory (`git init` makes one; see missing_hooks).
+    missing_hooks: list[str] = field(default_factory=list)
     entries: int = 0
     # Directories read by this walk (the others were unchanged since the scanner's last walk).
     listed: int = 0
@@ -82,6 +84,8 @@ class _Listing:
     files: list[tuple[int, str]] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     subdirs: list[tuple[str, bool]] = field(default_factory=list)
+    # `.git/hooks` where a `.git` directory has none: a command could create hooks there.
+    missing_hooks: list[str] = field(default_factory=list)
 
 
 class TreeScanner:
@@ -132,6 +136,7 @@ class TreeScanner:
             found.entries += listing.entries
             found.masked += listing.masked
             found.readonly += listing.readonly
+            found.missing_hooks += listing.missing_hooks
             found.protected_inodes.update(listing.protected_inodes)
             links += listing.links
             stack += listing.subdirs
@@ -150,11 +155,15 @@ class TreeScanner:
     def _current(
         self, path: str, hidden: bool, cached: _Listing | None, found: TreeExposure
     ) -> _Listing | None:
-        """The listing of directory `path`: the cached one while it is still valid."""
+        """The listing of directory `path`: the cached one while it is still valid. None when
+        it is gone or no longer a directory; a directory that cannot be read is masked whole
+        (fail closed: a command could otherwise `chmod` it back and read what it holds)."""
         try:
             info = os.lstat(path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError:
+            return _unreadable(path, hidden)
         if not stat.S_ISDIR(info.st_mode):
             return None
         key = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
@@ -170,15 +179,23 @@ def _list_directory(
     listed_ns = time.time_ns()
     try:
         fd = os.open(path, _DIRECTORY_FLAGS)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError:
+        return _unreadable(path, hidden)
     try:
         opened = os.fstat(fd)
         if (opened.st_dev, opened.st_ino) != key[:2]:
-            return None  # swapped since the stat: the next walk sees it as it is then
+            return _unreadable(path, hidden)  # swapped since the stat: covered, not trusted
         with os.scandir(fd) as listing:
             entries = list(listing)
         result = _Listing(key=key, racy=key[3] >= listed_ns - _RACY_NS, entries=len(entries))
+        if (
+            not hidden
+            and os.path.basename(path).lower() == ".git"
+            and not any(e.name.lower() == "hooks" for e in entries)
+        ):
+            result.missing_hooks.append(f"{path}/hooks")
         prefix = path if path != "/" else ""
         for entry in entries:
             child = f"{prefix}/{entry.name}"
@@ -187,6 +204,8 @@ def _list_directory(
                 is_link = not is_dir and entry.is_symlink()
                 inode = entry.inode()
             except OSError:
+                if not hidden:
+                    result.masked.append(child)  # cannot tell what it is: covered
                 continue
             secret = hidden or protected.is_protected(child)
             if secret and not hidden:
@@ -209,9 +228,15 @@ def _list_directory(
                     result.readonly.append(child)
         return result
     except OSError:
-        return None
+        return _unreadable(path, hidden)
     finally:
         os.close(fd)
+
+
+def _unreadable(path: str, hidden: bool) -> _Listing:
+    """A directory the walk could not read: masked whole (inside a protected directory it is
+    covered already), and listed again on the next walk."""
+    return _Listing(key=(0, 0, 0, 0), racy=True, masked=[] if hidden else [path])
 
 
 def scan_tree(

@@ -4,6 +4,7 @@ hides and masks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from ..sandbox.runner import (
     CommandSpec,
 )
 from ..sandbox.tree_scan import ScanOverBudget, TreeExposure, TreeScanner
+from . import fsaccess
 from .bash_artifact import BashArtifact, PathDeclaration
 from .command_output import KILL_GRACE_SECONDS
 from .files import display
@@ -195,6 +197,9 @@ async def command_spec(
     hidden = [*protected.roots, *(d for d in settings.hidden_dirs if not is_within(d, root))]
     trees = [root, *(d.path for d in (*reads, *writes) if d.is_tree)]
     exposure = await scan_for_sandbox(session_scanner(ctx), trees, ctx.limits.scan_seconds)
+    # A repository without a hooks directory would let a command create hooks that the user's
+    # git then runs: make the empty directory `git init` makes, then bind it read-only.
+    exposure.readonly += [h for h in exposure.missing_hooks if _make_hooks_directory(root, h)]
     # A declared file outside the workspace that is itself protected is refused at Prepare;
     # masks cover what the trees hold.
     return CommandSpec(
@@ -216,6 +221,32 @@ async def command_spec(
         hidden_dirs=tuple(dict.fromkeys(hidden)),
         stdin=stdin,
     )
+
+
+def _make_hooks_directory(root: str, hooks: str) -> bool:
+    """Create `<repo>/.git/hooks` (mode 0755, owned like its `.git`) without following a
+    symlink on the way; True when it exists as a directory now."""
+    if not is_within(hooks, root):
+        return False
+    try:
+        git_fd = fsaccess.open_directory(root, os.path.dirname(hooks))
+    except (OSError, fsaccess.PathChanged):
+        return False
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("hooks", fsaccess.NEW_DIRECTORY_MODE, dir_fd=git_fd)
+        owner = os.fstat(git_fd)
+        hooks_fd = fsaccess.open_step(git_fd, "hooks", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with contextlib.suppress(PermissionError):
+                os.fchown(hooks_fd, owner.st_uid, owner.st_gid)
+        finally:
+            os.close(hooks_fd)
+    except (OSError, fsaccess.PathChanged):
+        return False
+    finally:
+        os.close(git_fd)
+    return True
 
 
 def pinned_dirs(writable: list[str], protected: list[str]) -> tuple[str, ...]:
@@ -246,6 +277,7 @@ async def scan_for_sandbox(scanner: TreeScanner, trees: list[str], seconds: floa
             found = scanner.scan(tree, seconds=max(deadline - time.monotonic(), 0))
             merged.masked += found.masked
             merged.readonly += found.readonly
+            merged.missing_hooks += found.missing_hooks
             merged.protected_inodes |= found.protected_inodes
             merged.entries += found.entries
         return merged

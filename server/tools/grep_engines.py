@@ -274,6 +274,21 @@ async def search_with_ripgrep(
     return None
 
 
+def _records(pending: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """Split ripgrep's output into `(path, line:...)` records and what is left over. A record
+    is `path NUL line:text NEWLINE`: split at the NUL first, since a file name may hold a
+    newline (the text cannot: a line ends at one, and --max-columns=1 shortens it)."""
+    records: list[tuple[bytes, bytes]] = []
+    start = 0
+    while True:
+        nul = pending.find(b"\x00", start)
+        end = pending.find(b"\n", nul + 1) if nul >= 0 else -1
+        if end < 0:
+            return records, pending[start:]
+        records.append((pending[start:nul], pending[nul + 1 : end]))
+        start = end + 1
+
+
 async def _consume(process: anyio.abc.Process, plan: GrepPlan) -> _Ending:
     """Read ripgrep's `path NUL line:...` records and scan file by file until ripgrep
     ends, the output is full, or the deadline passes."""
@@ -284,11 +299,10 @@ async def _consume(process: anyio.abc.Process, plan: GrepPlan) -> _Ending:
     try:
         async for chunk in process.stdout:
             pending += chunk
-            *records, pending = pending.split(b"\n")
-            for record in records:
-                path, separator, rest = record.partition(b"\x00")
+            records, pending = _records(pending)
+            for path, rest in records:
                 number = rest.partition(b":")[0]
-                if not separator or not number.isdigit():
+                if not number.isdigit():
                     continue
                 if path != current:
                     if current is not None and await _ripgrep_file(current, hits, plan):

@@ -53,57 +53,35 @@ def make_repository(workspace: Path, *, hooks: bool = True) -> Path:
 # --------------------------------------------------- read-only files that do not exist yet
 
 
-@pytest.mark.skip(
-    reason="FINDING 1: read-only globs protect only files that exist at the walk; a command "
-    "creates .git/commondir in the user's repository and git then reads the agent's config"
-)
-async def test_a_command_cannot_point_the_users_repository_at_its_own_config(
+async def test_a_command_cannot_add_a_hook_to_a_repository_that_has_no_hooks_directory(
     sandboxed: Harness,
 ) -> None:
-    """Creating `.git/commondir` (absent in a normal repository) does not make an allowed
-    `git status` (or the user's own git on the host) read a config the agent wrote."""
-    make_repository(sandboxed.workspace)
-    marker = sandboxed.workspace / "pwned"
+    """A repository made without `.git/hooks` gets the empty directory `git init` makes before
+    a command runs, bound read-only: no hook can be planted for the user's git to run."""
+    git = make_repository(sandboxed.workspace, hooks=False)
     session = await open_session(sandboxed.stub())
     await bash(
         sandboxed,
         session,
-        "mkdir -p evil/objects evil/refs/heads; "
-        f"printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = touch {marker}\\n' "
-        "> evil/config; echo ../evil > .git/commondir; true",
+        "mkdir -p .git/hooks; printf '#!/bin/sh\\ntouch pwned\\n' > .git/hooks/pre-commit; true",
     )
-    await bash(sandboxed, session, "git status >/dev/null 2>&1; true")
-    assert not marker.exists()
+    assert (git / "hooks").is_dir()
+    assert list((git / "hooks").iterdir()) == []
 
 
-@pytest.mark.skip(
-    reason="FINDING 1: read-only globs protect only files that exist at the walk; a command "
-    "creates hooks, shell startup files and agent/editor config the user does not have yet"
-)
-@pytest.mark.parametrize(
-    "relative",
-    [
-        ".git/hooks/pre-commit",
-        ".git/commondir",
-        ".git/config.worktree",
-        ".git/info/attributes",
-        ".bashrc",
-        ".gitmodules",
-        ".mcp.json",
-        ".claude/settings.json",
-        ".vscode/tasks.json",
-    ],
-)
-async def test_files_that_run_code_cannot_be_created_by_a_command(
+@pytest.mark.parametrize("relative", [".git/commondir", ".mcp.json", ".vscode/tasks.json"])
+async def test_known_gap_a_file_that_runs_code_and_does_not_exist_yet_can_be_created(
     sandboxed: Harness, relative: str
 ) -> None:
-    """A file that makes programs run code, absent so far, cannot be created by a command in
-    the user's repository or workspace (the user's git, shell or editor would run it)."""
-    make_repository(sandboxed.workspace, hooks=False)
+    """Pins a documented gap (README, Security: what is not covered): bubblewrap makes only
+    existing paths read-only, and a placeholder would change the user's repository (an empty
+    `.git/commondir` breaks git), so a command can still create these files. When this test
+    fails, the gap is closed: move the case to the tests above and update the README."""
+    make_repository(sandboxed.workspace)
     session = await open_session(sandboxed.stub())
     path = sandboxed.workspace / relative
     await bash(sandboxed, session, f"mkdir -p {path.parent} && printf 'x\\n' > {relative}; true")
-    assert not path.exists()
+    assert path.exists()
 
 
 # --------------------------------------- the walk skips what it cannot list (non-root server)
@@ -142,10 +120,6 @@ _NON_ROOT_SERVER = textwrap.dedent(
 )
 
 
-@pytest.mark.skip(
-    reason="FINDING 2: a non-root server's walk silently skips a directory it cannot list; "
-    "`chmod 311 dir` unmasks the secrets (and unprotects .git/config) below it"
-)
 def test_an_unlistable_directory_does_not_unmask_its_secrets(tmp_path: Path) -> None:
     """A command making a secret's directory (or `.git`) unreadable to the server's walk
     gets neither the secret nor a writable `.git/config` in its next command."""
@@ -169,10 +143,6 @@ def test_an_unlistable_directory_does_not_unmask_its_secrets(tmp_path: Path) -> 
 # ------------------------------------------------------------- ripgrep's output is parsed
 
 
-@pytest.mark.skip(
-    reason="FINDING 3: ripgrep's `path NUL line` records are split on newlines, so a file "
-    "named 'x\\nb' makes Grep report line 3 of file 'b', which does not match"
-)
 async def test_a_newline_in_a_file_name_does_not_make_grep_report_another_file(
     sandboxed: Harness,
 ) -> None:
