@@ -274,14 +274,27 @@ async def search_with_ripgrep(
     return None
 
 
-def _records(pending: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+# ripgrep's one non-record line (stdout, no NUL): after a match in a file that turns out to be
+# binary, `<path>: WARNING: stopped searching binary file after match (found "\0" byte …)`.
+_BINARY_WARNING = b": WARNING: stopped searching binary file"
+
+
+def _records(pending: bytes, current: bytes | None) -> tuple[list[tuple[bytes, bytes]], bytes]:
     """Split ripgrep's output into `(path, line:...)` records and what is left over. A record
     is `path NUL line:text NEWLINE`: split at the NUL first, since a file name may hold a
-    newline (the text cannot: a line ends at one, and --max-columns=1 shortens it)."""
+    newline (the text cannot: a line ends at one, and --max-columns=1 shortens it). A line
+    with no NUL that starts with the previous record's path and the binary-file warning is
+    skipped; any other newline before a NUL belongs to a file name."""
     records: list[tuple[bytes, bytes]] = []
     start = 0
     while True:
         nul = pending.find(b"\x00", start)
+        newline = pending.find(b"\n", start)
+        if newline >= 0 and (nul < 0 or newline < nul):
+            last = records[-1][0] if records else current
+            if last is not None and pending.startswith(last + _BINARY_WARNING, start):
+                start = newline + 1
+                continue
         end = pending.find(b"\n", nul + 1) if nul >= 0 else -1
         if end < 0:
             return records, pending[start:]
@@ -299,7 +312,7 @@ async def _consume(process: anyio.abc.Process, plan: GrepPlan) -> _Ending:
     try:
         async for chunk in process.stdout:
             pending += chunk
-            records, pending = _records(pending)
+            records, pending = _records(pending, current)
             for path, rest in records:
                 number = rest.partition(b":")[0]
                 if not number.isdigit():

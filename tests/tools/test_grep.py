@@ -469,3 +469,13 @@ async def test_a_pattern_ripgrep_refuses_at_run_is_pattern_unsupported(
     )
     result = await confined_rg().invoke(artifact, ctx)
     assert result.error_code == "pattern_unsupported"
+
+
+async def test_a_binary_file_with_a_match_does_not_hide_the_next_file(
+    grep: Grep, workspace: Path, ctx: ToolContext
+) -> None:
+    """ripgrep follows a match in a file that turns out to be binary with a warning line on
+    stdout; the next file's matches are still reported (Hypothesis found this one)."""
+    make_files(workspace, {"-": b"\ntail\x00\n", "A": "\n"})
+    result = await execute(grep, {"pattern": "^"}, ctx)
+    assert result.text == "A:1:"
