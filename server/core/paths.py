@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .errors import arguments_invalid
 
@@ -160,6 +160,32 @@ class _GlobSet:
                     return True
         return False
 
+    def in_directory(self, directory: str) -> Callable[[str], bool]:
+        """`matches` for the entries of one directory, by name: a literal run never holds a
+        `/`, so the directory's part of the test is done once (a walk calls this per entry)."""
+        prefix = directory.rstrip("/") + "/"
+        folded = prefix.casefold()
+        live = [regex for literal, regex in self._others if literal in folded]
+        pending = [(literal, regex) for literal, regex in self._others if literal not in folded]
+        names = self._names
+
+        def matches(name: str) -> bool:
+            if names is not None and names.match(name):
+                return True
+            if not live and not pending:
+                return False
+            rel = (prefix + name).lstrip("/")
+            if any(regex.match(rel) for regex in live):
+                return True
+            if pending:
+                name_folded = name.casefold()
+                return any(
+                    literal in name_folded and regex.match(rel) for literal, regex in pending
+                )
+            return False
+
+        return matches
+
 
 class ProtectedPaths:
     """Decides whether a canonical absolute path is protected (secret or server state), and
@@ -200,6 +226,34 @@ class ProtectedPaths:
     def overlaps_tree(self, root: str) -> bool:
         """True when `root` itself, or a directory it sits in, is protected."""
         return self.is_protected(root)
+
+    def children(self, directory: str) -> ChildPaths:
+        """The same answers for the entries of canonical `directory`, by name (for walks)."""
+        return ChildPaths(self, directory)
+
+
+class ChildPaths:
+    """`ProtectedPaths` answers for the entries of one directory, asked by name: what depends
+    only on the directory is worked out once, which makes a walk of a large tree cheaper."""
+
+    def __init__(self, protected: ProtectedPaths, directory: str) -> None:
+        directory = directory.rstrip("/") or "/"
+        inside_root = any(is_within(directory, root) for root in protected.roots)
+        self._roots = frozenset(
+            os.path.basename(root) for root in protected.roots if os.path.dirname(root) == directory
+        )
+        self._all_protected = inside_root
+        self._secret = protected._secrets.in_directory(directory)
+        self._readonly = protected._readonly.in_directory(directory)
+
+    def is_protected(self, name: str) -> bool:
+        return self._all_protected or name in self._roots or self._secret(name)
+
+    def is_readonly(self, name: str) -> bool:
+        return self._readonly(name)
+
+    def needs_human_to_write(self, name: str) -> bool:
+        return self._readonly(name) or name.lower() == ".git"
 
 
 def is_within(path: str, root: str) -> bool:

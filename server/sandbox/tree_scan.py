@@ -197,6 +197,7 @@ def _list_directory(
         ):
             result.missing_hooks.append(f"{path}/hooks")
         prefix = path if path != "/" else ""
+        names = protected.children(path)
         for entry in entries:
             child = f"{prefix}/{entry.name}"
             try:
@@ -207,13 +208,13 @@ def _list_directory(
                 if not hidden:
                     result.masked.append(child)  # cannot tell what it is: covered
                 continue
-            secret = hidden or protected.is_protected(child)
+            secret = hidden or names.is_protected(entry.name)
             if secret and not hidden:
                 result.masked.append(child)
             if is_link:
                 result.links.append(child)
             elif is_dir:
-                if not secret and protected.is_readonly(child):
+                if not secret and names.is_readonly(entry.name):
                     result.readonly.append(child)
                 result.subdirs.append((child, secret))
             elif secret:
@@ -224,7 +225,7 @@ def _list_directory(
             else:
                 result.files.append((inode, child))
                 # A `.git` file (`gitdir: …`) sends git to a config elsewhere: read-only too.
-                if protected.needs_human_to_write(child):
+                if names.needs_human_to_write(entry.name):
                     result.readonly.append(child)
         return result
     except OSError:

@@ -321,3 +321,60 @@ def test_a_file_named_git_needs_a_human_to_write_like_the_readonly_files(
     """A `.git` file (a `gitdir:` pointer to another config) waits for a human like
     .git/config, though a `.git` directory is no read-only glob."""
     assert protected.needs_human_to_write(f"/ws/{relative}") is expected
+
+
+_DIRECTORIES = st.sampled_from(
+    [
+        "/",
+        "/ws",
+        "/ws/.git",
+        "/ws/.GIT/modules/lib",
+        "/ws/home/.docker",
+        "/ws/.kube",
+        "/ws/a/.ssh",
+        "/ws/.config/gcloud",
+        "/ws/.cargo",
+        "/ws/sub/.git/hooks",
+        "/var/lib/callgate-state",
+        "/var/lib",
+        "/ws/.vscode",
+    ]
+)
+_NAMES = st.one_of(
+    st.sampled_from(
+        [
+            ".env",
+            "config",
+            "config.json",
+            "hooks",
+            "commondir",
+            "id_rsa",
+            ".git",
+            ".GIT",
+            "x.pem",
+            "credentials",
+            "callgate-state",
+            "tokens",
+            "pre-commit",
+            "settings.json",
+            "notes.txt",
+            "\u017fsh",  # long s: casefolds to "s"
+            ".Ssh",
+            "Config",
+        ]
+    ),
+    st.text(alphabet="aAcegiknorst.-_/\n", min_size=1, max_size=12).filter(
+        lambda name: "/" not in name and name not in (".", "..")
+    ),
+)
+
+
+@given(_DIRECTORIES, _NAMES)
+def test_answers_by_name_in_a_directory_equal_answers_by_path(directory: str, name: str) -> None:
+    """The walk's per-directory shortcut (`children`) answers exactly as the path checks do."""
+    protected = ProtectedPaths(DEFAULT_DENIED_GLOBS, roots=[STATE_DIR])
+    children = protected.children(directory)
+    path = f"{directory.rstrip('/')}/{name}"
+    assert children.is_protected(name) == protected.is_protected(path)
+    assert children.is_readonly(name) == protected.is_readonly(path)
+    assert children.needs_human_to_write(name) == protected.needs_human_to_write(path)
