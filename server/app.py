@@ -8,6 +8,7 @@ import logging
 import os
 import pwd
 import shutil
+import stat
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -212,6 +213,33 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
         return response
 
 
+def _check_socket_placement(config: ServerConfig, roots: list[Path]) -> None:
+    """A Unix socket is never inside the workspace or an allowed root: tools and commands could
+    replace it (or its directory) with a symlink while the server binds and chmods it."""
+    for address in config.listen_addresses():
+        if not address.startswith("unix://"):
+            continue
+        path = Path(os.path.realpath(Path(address.removeprefix("unix://")).expanduser()))
+        for root in roots:
+            if path.is_relative_to(root):
+                raise ConfigError(
+                    f"config key listen: {address} lies inside {root}, which tools can change; "
+                    "put the socket outside it (e.g. in the state directory)"
+                )
+
+
+def _chmod_socket(path: str) -> None:
+    """chmod 0660 exactly the socket just bound: opened without following a symlink and
+    changed through its fd's /proc link, so a name swapped meanwhile changes nothing else."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise ConfigError(f"config key listen: {path} is not the socket this server bound")
+        os.chmod(f"/proc/self/fd/{fd}", 0o660)
+    finally:
+        os.close(fd)
+
+
 def _lock_state_dir(state_dir: Path) -> int:
     """Hold `<state_dir>/lock` exclusively for as long as this server lives: two servers on
     one state directory would share the journal's sequence, abandon each other's calls and
@@ -250,6 +278,7 @@ class App:
             ],
             suggestion=default_state_dir(os.environ).resolve(),
         )
+        _check_socket_placement(config, [self.workspace, *allowed])
         state_directory.prepare(self.state_dir)
         self._lock_fd: int | None = _lock_state_dir(self.state_dir)
         (self.state_dir / state_directory.SESSIONS).mkdir(
@@ -443,7 +472,7 @@ class App:
         await server.start()
         for address in addresses:
             if address.startswith("unix://"):
-                os.chmod(address.removeprefix("unix://"), 0o660)
+                _chmod_socket(address.removeprefix("unix://"))
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(TOOL_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set(APPROVAL_SERVICE, health_pb2.HealthCheckResponse.SERVING)

@@ -93,6 +93,17 @@ def test_server_refuses_a_state_directory_inside_the_workspace(tmp_path: Path) -
     assert not (workspace / ".callgate").exists()
 
 
+def test_server_refuses_a_unix_socket_inside_the_workspace(tmp_path: Path) -> None:
+    """A listen socket in the workspace is refused: a command could swap it (or its directory)
+    for a symlink while the server binds and chmods it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    socket = workspace / "run" / "cg.sock"
+    message = _refused(workspace, tmp_path / "state", listen=[f"unix://{socket}"])
+    assert message.startswith("config key listen:")
+    assert not socket.parent.exists()
+
+
 def test_server_refuses_a_state_directory_inside_an_allowed_root(tmp_path: Path) -> None:
     """A state directory below any allowed root is refused as well, naming that root's key."""
     workspace, other = tmp_path / "ws", tmp_path / "other"
