@@ -29,9 +29,6 @@ from .command_output import KILL_GRACE_SECONDS
 from .files import display
 from .workspace_scan import session_scanner
 
-# How far below the workspace (and declared trees) protected paths are looked for and masked.
-MASK_MAX_DEPTH = 4
-MASK_MAX_ENTRIES = 2000
 # A declaration is named in an error by what the agent wrote, cut to this many characters.
 SHOWN_DECLARATION_CHARS = 160
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
