@@ -139,3 +139,24 @@ async def test_a_workspace_too_large_to_check_in_time_is_refused(tmp_path: Path)
         assert response.result.is_error
         assert response.result.error_code == "scan_timed_out"
         assert not marker.exists()
+
+
+async def test_grep_and_a_hard_linked_read_over_the_scan_budget_fail_closed(
+    tmp_path: Path,
+) -> None:
+    """Past the scan budget, confined Grep is refused (`scan_timed_out`) rather than search with
+    masks that might be incomplete, and a file with several names is not read (it might be
+    another name of a secret)."""
+    async with serve(tmp_path, sandbox="bwrap", tools={"scan_seconds": 0.001}) as harness:
+        plant_large_workspace(harness.workspace, 5_000)
+        (harness.workspace / "plain.txt").write_text("plain\n")
+        os.link(harness.workspace / "plain.txt", harness.workspace / "plain-too.txt")
+        stub = harness.stub()
+        session = await open_session(stub)
+        grep = await run(stub, session, "Grep", {"pattern": "plain"})
+        assert grep.result.error_code == "scan_timed_out"
+        read = await run(stub, session, "ReadFile", {"path": "plain-too.txt"})
+        assert read.result.error_code == "read_denied"
+        assert "plain" not in read.result.text.replace("plain-too.txt", "")
+        single = await run(stub, session, "ReadFile", {"path": "node_modules/pkg0/lib0/m0.js"})
+        assert "module.exports" in single.result.text
