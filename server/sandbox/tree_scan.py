@@ -22,6 +22,7 @@ protected files are masked in every sandbox.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import os
 import stat
@@ -81,7 +82,9 @@ class _Listing:
     masked: list[str] = field(default_factory=list)
     readonly: list[str] = field(default_factory=list)
     protected_inodes: list[int] = field(default_factory=list)
-    files: list[tuple[int, str]] = field(default_factory=list)
+    # Inode numbers of the ordinary files (8 bytes each: a large tree is remembered cheaply);
+    # their names are read again only for a directory holding another name of a secret.
+    file_inodes: array.array[int] = field(default_factory=lambda: array.array("Q"))
     links: list[str] = field(default_factory=list)
     subdirs: list[tuple[str, bool]] = field(default_factory=list)
     # `.git/hooks` where a `.git` directory has none: a command could create hooks there.
@@ -144,12 +147,9 @@ class TreeScanner:
             _symlink_target(link, protected, found)
         if found.protected_inodes:
             inodes = found.protected_inodes
-            found.masked += [
-                path
-                for listing in fresh.values()
-                for inode, path in listing.files
-                if inode in inodes
-            ]
+            for (path, _), listing in fresh.items():
+                if any(inode in inodes for inode in listing.file_inodes):
+                    found.masked += _names_with_inodes(path, inodes)
         return found
 
     def _current(
@@ -223,13 +223,36 @@ def _list_directory(
                     stat_ino = os.stat(entry.name, dir_fd=fd, follow_symlinks=False).st_ino
                     result.protected_inodes.append(stat_ino)
             else:
-                result.files.append((inode, child))
+                result.file_inodes.append(inode)
                 # A `.git` file (`gitdir: …`) sends git to a config elsewhere: read-only too.
                 if names.needs_human_to_write(entry.name):
                     result.readonly.append(child)
         return result
     except OSError:
         return _unreadable(path, hidden)
+    finally:
+        os.close(fd)
+
+
+def _names_with_inodes(directory: str, inodes: set[int]) -> list[str]:
+    """The ordinary files of `directory` whose inode is one of `inodes` (other names of
+    secrets). A directory that cannot be read again is covered whole (fail closed)."""
+    try:
+        fd = os.open(directory, _DIRECTORY_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError:
+        return [directory]
+    try:
+        with os.scandir(fd) as listing:
+            prefix = directory if directory != "/" else ""
+            return [
+                f"{prefix}/{entry.name}"
+                for entry in listing
+                if entry.inode() in inodes and not entry.is_dir(follow_symlinks=False)
+            ]
+    except OSError:
+        return [directory]
     finally:
         os.close(fd)
 
