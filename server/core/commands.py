@@ -19,8 +19,28 @@ nested. Allow under-matches and deny over-matches (DESIGN section 4.2):
   `exec`, reserved words …) or a command word decided at run time, every later word that does
   not start with `-` is tried as the command too.
 
+Both also read each segment with the program knowledge base (`programs`), one reviewed table
+of what programs and their options do:
+
+- **Allow** by a family also needs the segment's reading to stay within what the family's own
+  words imply: every option known to the table for that program (and subcommand), and none
+  that writes, deletes, runs code or reaches the network unless the family's words already do
+  (`Bash(git log:*)` does not cover `git log --output=x`; `Bash(cp:*)` covers `cp -r a b`,
+  since copying writes). Words that imply running code (`Bash(make:*)`, `Bash(python:*)`)
+  imply everything code can do. A program the table does not list is opaque: a family naming
+  it covers it as before (its words imply whatever that program does).
+- **Deny** by a family also matches what the table knows to be equivalent: a family naming
+  a program or subcommand with an action (`rm`: delete) matches every segment whose reading has
+  that action (`unlink`, `find -delete`, `git clean`, `rsync --delete`, …), and a family with
+  options matches the same program and subcommand given those options in any spelling or
+  order, after global options (`Bash(git push --force:*)` matches `git -C d push origin -f`).
+- **Candidates** offer a family only for a program (and subcommand) the table lists as
+  read-only, when the command seen is itself known and read-only; `family_words` says what it
+  covers. **Warnings** (`command_warnings`) list what a command's options and scripts do
+  beyond what its words suggest.
+
 The commands are split by `shell_parse`; what programs do with their words (shells,
-wrappers, interpreters, find's actions) is the data in `program_table`.
+wrappers, interpreters, find's actions) is the data in `program_table` and `programs`.
 """
 
 from __future__ import annotations
@@ -32,6 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .program_table import runs_other_code
+from .programs import TABLE, Effect, Reading, lookup, read
 from .shell_parse import (
     BARE_WORD,
     MANY_KINDS,
@@ -54,6 +75,8 @@ __all__ = [
     "command_allowed",
     "command_denied",
     "command_pattern",
+    "command_warnings",
+    "family_words",
     "is_family_pattern",
     "normalize_command",
     "parse_command",
@@ -88,18 +111,49 @@ class Family:
         return f"{FAMILY_PREFIX}{' '.join(self.tokens)}{FAMILY_SUFFIX}"
 
     def covers(self, segment: Segment) -> bool:
-        """Allow semantics: a simple segment whose leading bare words equal the tokens."""
+        """Allow semantics: a simple segment whose leading bare words equal the tokens, and whose
+        reading stays within what the tokens imply (see the module docstring)."""
         count = len(self.tokens)
         if not segment.simple or len(segment.words) < count:
             return False
-        return all(
+        if not all(
             segment.kinds[i] is WordKind.BARE and segment.words[i] == token
             for i, token in enumerate(self.tokens)
-        )
+        ):
+            return False
+        reading = _segment_reading(segment, 0, basename=False)
+        if reading.opaque_at is not None and reading.opaque_at < count:
+            return True
+        if reading.unknown_after(count):
+            return False
+        implied = _implied(self.tokens)
+        if Effect.CODE in implied:
+            return True
+        effects = set(reading.effects)
+        effects.update(f.effect for f in reading.findings if f.position >= count)
+        effects.discard(Effect.READ)
+        return effects <= implied
 
     def denies(self, segment: Segment) -> bool:
-        """Deny semantics: the tokens match the segment's words at any of its starts."""
-        return any(self._matches_at(segment, start) for start in segment.starts)
+        """Deny semantics: the tokens match the segment's words at any of its starts, or the
+        segment does what the table knows the tokens to do (see the module docstring)."""
+        if any(self._matches_at(segment, start) for start in segment.starts):
+            return True
+        shape = _deny_shape(self.tokens)
+        if shape is None:
+            return False
+        path, options, actions = shape
+        for start in segment.starts:
+            reading = _segment_reading(segment, start, basename=True)
+            if actions and (
+                reading.actions & actions
+                or reading.may_be_options & actions
+                or "*" in reading.may_be_options
+            ):
+                return True
+            if len(path) > 1 and reading.path[: len(path)] == path and options <= reading.options:
+                return True
+        return False
 
     def _matches_at(self, segment: Segment, start: int) -> bool:
         for offset, token in enumerate(self.tokens):
@@ -205,12 +259,14 @@ def command_pattern(pattern: str) -> str:
 def rule_candidates(command: str) -> list[str]:
     """The allow patterns an "always" decision on `command` would save.
 
-    Always the exact normalized command. Also, only when the command is one simple segment, a
-    family over its command word and its first subcommand-like word (lower-case, no dots or
-    slashes: `git log --oneline` gives `Bash(git log:*)`, `ls -la` gives `Bash(ls:*)`). No family
-    is offered for a command word holding a `/` (it depends on the working directory), or for a
-    shell, a transparent wrapper, an interpreter or a code-running builtin: a family over those
-    would cover every command.
+    Always the exact normalized command. Also, only when the command is one simple segment
+    that the program table reads as known and read-only (a program, or a program and its
+    subcommands, listed as read-only, with options all known to only read), a family over the
+    program and subcommand words (`git log --oneline` gives `Bash(git log:*)`, `ls -la` gives
+    `Bash(ls:*)`); `family_words` says what it covers. Nothing wider than what was seen: no
+    family for a program that writes, deletes, runs code or reaches the network (`make test`,
+    `npm test`, `cp`), for one the table does not list, for a command word holding a `/`, or
+    for a shell, a transparent wrapper, an interpreter or a code-running builtin.
     """
     normalized = normalize_command(command)
     if not normalized:
@@ -225,19 +281,106 @@ def rule_candidates(command: str) -> list[str]:
     head = segment.words[0]
     if "/" in head or runs_other_code(head):
         return candidates
-    tokens = [head]
+    reading = _segment_reading(segment, 0, basename=False)
     if (
-        len(segment.words) > 1
-        and segment.kinds[1] is WordKind.BARE
-        and _SUBCOMMAND.fullmatch(segment.words[1])
+        reading.entry is None
+        or not reading.entry.read_only
+        or reading.opaque_at is not None
+        or reading.findings
+        or reading.effects != {Effect.READ}
     ):
-        tokens.append(segment.words[1])
+        return candidates
+    tokens = tuple(segment.words[: len(reading.path)])
+    if tokens != reading.path:
+        return candidates  # global options stand between the program and its subcommand
     try:
-        family = Family(tuple(tokens))
+        family = Family(tokens)
     except CommandPatternError:
         return candidates
-    candidates.append(family.pattern)
+    if family.covers(segment):
+        candidates.append(family.pattern)
     return candidates
+
+
+def family_words(pattern: str) -> str:
+    """What a `Bash(…:*)` family allows, in words for the approver."""
+    family = parse_family(pattern)
+    entry = lookup(TABLE, family.tokens[0])
+    reading = read(TABLE, family.tokens, (WordKind.BARE,) * len(family.tokens))
+    if entry is None or reading.opaque_at is not None:
+        return (
+            f"run commands starting with `{' '.join(family.tokens)}`, with any arguments "
+            "(callgate's program table does not list this program)"
+        )
+    implied = _implied(family.tokens)
+    shown = " ".join(family.tokens)
+    if Effect.CODE in implied:
+        return (
+            f"run `{shown}` with any options the program table knows (it runs code, which "
+            "can do anything)"
+        )
+    if (
+        reading.entry is not None
+        and reading.entry.covers
+        and len(family.tokens) == len(reading.path)
+    ):
+        return f"run {reading.entry.covers}"
+    if not implied:
+        return (
+            f"run `{shown}` with read-only options only (never options that write files, "
+            "run code or reach the network)"
+        )
+    allowed = ", ".join(sorted(effect.value for effect in implied))
+    return f"run `{shown}` with options the program table knows, that do no more than: {allowed}"
+
+
+def command_warnings(command: str) -> tuple[str, ...]:
+    """What a command's options and scripts do beyond what its words suggest, for the approver
+    ("runs code: sed script command `e`"), one line per finding, in order."""
+    lines: dict[str, None] = {}
+    for segment in parse_command(normalize_command(command)).segments:
+        for start in segment.starts[:1]:
+            reading = _segment_reading(segment, start, basename=True)
+            for finding in reading.findings:
+                if finding.effect in reading.effects:
+                    continue
+                if finding.effect is Effect.UNKNOWN:
+                    text = f"not known to callgate's program table: {finding.what}"
+                else:
+                    text = f"{finding.effect.value}: {finding.what}"
+                lines[text] = None
+    return tuple(lines)
+
+
+@functools.lru_cache(maxsize=2048)
+def _segment_reading(segment: Segment, start: int, *, basename: bool) -> Reading:
+    return read(TABLE, segment.words[start:], segment.kinds[start:], basename=basename)
+
+
+@functools.lru_cache(maxsize=1024)
+def _implied(tokens: tuple[str, ...]) -> frozenset[Effect]:
+    """What a family's own words imply: the effects of the entry they name and of the options
+    among them (never READ, never UNKNOWN)."""
+    reading = read(TABLE, tokens, (WordKind.BARE,) * len(tokens))
+    implied = set(reading.effects) | {f.effect for f in reading.findings}
+    implied -= {Effect.READ, Effect.UNKNOWN}
+    return frozenset(implied)
+
+
+@functools.lru_cache(maxsize=1024)
+def _deny_shape(
+    tokens: tuple[str, ...],
+) -> tuple[tuple[str, ...], frozenset[str], frozenset[str]] | None:
+    """For a deny family: the entry path its words name, the options among them, and the
+    actions they name when they are only a program (and subcommand) path."""
+    reading = read(TABLE, tokens, (WordKind.BARE,) * len(tokens), basename=True)
+    if not reading.path or reading.opaque_at is not None:
+        return None
+    if any(f.effect is Effect.UNKNOWN for f in reading.findings) or reading.operands:
+        return None
+    only_path = len(tokens) == len(reading.path)
+    actions = frozenset(reading.actions) if only_path else frozenset()
+    return reading.path, frozenset(reading.options), actions
 
 
 def _check_tokens(tokens: Sequence[str]) -> None:

@@ -12,7 +12,7 @@ COVERED_SEGMENTS = (
     "git status",
     "git status --short",
     "git log --oneline -5",
-    "git log 'a b' *.py",
+    "git log 'a b' src/*.py",
     "head -5",
     "head -n 3 2>&1",
 )
