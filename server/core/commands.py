@@ -334,9 +334,14 @@ def family_words(pattern: str) -> str:
     return f"run `{shown}` with options the program table knows, that do no more than: {allowed}"
 
 
+MAX_WARNINGS = 12
+"""At most this many warning lines are listed; the rest are counted."""
+
+
 def command_warnings(command: str) -> tuple[str, ...]:
     """What a command's options and scripts do beyond what its words suggest, for the approver
-    ("runs code: sed script command `e`"), one line per finding, in order."""
+    ("runs code: sed script command `e`"), one line per finding, in order, at most
+    `MAX_WARNINGS` of them and a count of the rest."""
     lines: dict[str, None] = {}
     for segment in parse_command(normalize_command(command)).segments:
         for start in segment.starts[:1]:
@@ -349,7 +354,11 @@ def command_warnings(command: str) -> tuple[str, ...]:
                 else:
                     text = f"{finding.effect.value}: {finding.what}"
                 lines[text] = None
-    return tuple(lines)
+    shown = tuple(lines)
+    if len(shown) > MAX_WARNINGS:
+        rest = len(shown) - MAX_WARNINGS + 1
+        return (*shown[: MAX_WARNINGS - 1], f"… and {rest} more")
+    return shown
 
 
 @functools.lru_cache(maxsize=2048)

@@ -44,6 +44,9 @@ import re
 from typing import ClassVar, Protocol
 
 from ..core.commands import (
+    command_warnings,
+    family_words,
+    is_family_pattern,
     normalize_command,
     rule_candidates,
 )
@@ -279,7 +282,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
             RuleCandidate(
                 RequirementKind.COMMAND_EXECUTE.value,
                 pattern,
-                "run exactly this command" if pattern == command else f"run commands {pattern}",
+                family_words(pattern) if is_family_pattern(pattern) else "run exactly this command",
             )
             for pattern in rule_candidates(command)
         ) + tuple(RuleCandidate(r.kind, r.match, r.description) for r in requirements[1:])
@@ -311,14 +314,20 @@ class Bash(Tool[BashArguments, BashArtifact]):
         else:
             where = "UNSANDBOXED (it can read and change anything the server's user can)"
         how = "in the background" if artifact.background else "in the foreground"
+        description = (
+            f"run this shell command {how} {where}, working directory "
+            f"{artifact.workdir}:\n{artifact.command}"
+        )
+        warnings = command_warnings(artifact.command)
+        if warnings:
+            description += "\nwarning, beyond what its words suggest:" + "".join(
+                f"\n- {warning}" for warning in warnings
+            )
         command = Requirement(
             kind=RequirementKind.COMMAND_EXECUTE.value,
             scope="",
             match=artifact.command,
-            description=(
-                f"run this shell command {how} {where}, working directory "
-                f"{artifact.workdir}:\n{artifact.command}"
-            ),
+            description=description,
         )
         requirements = [command]
         for kind, verb, declarations in (

@@ -44,6 +44,9 @@ FIXED_ENV_NAMES = frozenset(
         "GIT_PAGER",
         "GIT_TERMINAL_PROMPT",
         "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_KEY_0",
+        "GIT_CONFIG_VALUE_0",
     }
 )
 
@@ -148,6 +151,15 @@ def command_env(home: str, tmp: str, settings: CommandSettings) -> dict[str, str
         # Git's global config would be the session's writable HOME/.gitconfig: a command could
         # plant `core.fsmonitor` or `core.pager` there and an allowed `git status` would run it.
         GIT_CONFIG_GLOBAL="/dev/null",
+        # A bare repository is found by walking into its directory: any workspace directory
+        # holding HEAD, objects/, refs/ and a `config` the agent wrote (with WriteFile, where a
+        # `.git/config` would need a human) would make an allowed `git status` there run that
+        # config's `core.fsmonitor`. Command-line scope config (this) is protected config, the
+        # only place git reads this key from: repositories are then used only when named
+        # (`--git-dir`, GIT_DIR) or found as a `.git` directory.
+        GIT_CONFIG_COUNT="1",
+        GIT_CONFIG_KEY_0="safe.bareRepository",
+        GIT_CONFIG_VALUE_0="explicit",
     )
     return env
 
