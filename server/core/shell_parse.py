@@ -35,9 +35,10 @@ Decisions:
 
 Limits (a deny family cannot see into these): scripts and files run by name (`bash x.sh`,
 `source f`, `make`), interpreters' code strings (`python -c`, `perl -e`, `awk 'BEGIN{system(…)}'`),
-remote or container shells (`ssh host cmd`, `docker exec`), `env -S`, aliases, options placed
-between a deny family's tokens (`git -C dir push` is not `git push`), and other programs doing
-the same thing (`unlink` for `rm`, `find -delete`).
+remote or container shells (`ssh host cmd`, `docker exec`), `env -S` and aliases. Options
+placed between a deny family's tokens (`git -C dir push`) and other programs doing the same
+thing (`unlink` for `rm`, `find -delete`) are seen by the rules through the program table
+(`commands`, `programs`), not by this parse.
 """
 
 from __future__ import annotations
