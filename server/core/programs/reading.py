@@ -317,7 +317,8 @@ class _Reader:
                 self.script(entry, value, i)
 
     def describe(self, entry: Program, option: Option) -> str:
-        text = f"{self.label(entry)} option {option.name}"
+        kind = "primary" if entry.style is Style.FIND else "option"
+        text = f"{self.label(entry)} {kind} {option.name}"
         return f"{text} ({option.what})" if option.what else text
 
     def label(self, entry: Program) -> str:

@@ -24,7 +24,7 @@ LS = Program(
             "-d --directory",
             "-D --dired",
             "-f",
-            "-F --classify",
+            "-F",
             "--file-type",
             "--full-time",
             "-g",
