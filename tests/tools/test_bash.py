@@ -47,6 +47,9 @@ FIXED_NAMES = {
     "GIT_PAGER",
     "GIT_TERMINAL_PROMPT",
     "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_KEY_0",
+    "GIT_CONFIG_VALUE_0",
 }
 # Added by bash itself.
 SHELL_NAMES = {"PWD", "SHLVL", "_"}
