@@ -361,8 +361,16 @@ def command_warnings(command: str) -> tuple[str, ...]:
     return shown
 
 
-@functools.lru_cache(maxsize=2048)
 def _segment_reading(segment: Segment, start: int, *, basename: bool) -> Reading:
+    """The table's reading of a segment from word `start`: the command word looked up by its
+    basename (deny) or as written (allow), which differ only for a word holding a `/`."""
+    if start < len(segment.words) and "/" not in segment.words[start]:
+        basename = True
+    return _cached_reading(segment, start, basename)
+
+
+@functools.lru_cache(maxsize=2048)
+def _cached_reading(segment: Segment, start: int, basename: bool) -> Reading:
     return read(TABLE, segment.words[start:], segment.kinds[start:], basename=basename)
 
 

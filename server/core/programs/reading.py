@@ -161,7 +161,7 @@ class _Reader:
     def options(self, entry: Program, start: int) -> list[int]:
         """Read options from `start`; return the positions of operands (and, for a POSIX
         style program, of every word from its first operand on)."""
-        long_names = {name: option for option in entry.options for name in option.names}
+        long_names = option_names(entry)
         operands: list[int] = []
         self.script_given = False
         i = start
@@ -393,7 +393,7 @@ class _Reader:
     # ------------------------------------------------------------ find
 
     def find_expression(self, entry: Program, start: int) -> None:
-        names = {name: option for option in entry.options for name in option.names}
+        names = option_names(entry)
         i = start
         words = self.words
         # Leading options: -H -L -P, -D debugopts, -Olevel.
@@ -446,6 +446,18 @@ class _Reader:
                     end += 1
                 end += 1
             i = end
+
+
+_NAMES: dict[int, tuple[Program, Mapping[str, Option]]] = {}
+
+
+def option_names(entry: Program) -> Mapping[str, Option]:
+    """Every name of every option of `entry`, built once per entry (entries are constants)."""
+    known = _NAMES.get(id(entry))
+    if known is None or known[0] is not entry:
+        known = (entry, {name: option for option in entry.options for name in option.names})
+        _NAMES[id(entry)] = known
+    return known[1]
 
 
 def _all_actions(entry: Program) -> set[str]:
