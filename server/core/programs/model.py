@@ -148,6 +148,16 @@ class Program:
     """Words for the approver on what a family over this entry covers; default from `name`."""
     aliases: tuple[str, ...] = ()
     """Other command names for this entry (`gawk` for `awk`, `egrep` for `grep`)."""
+    max_read_operands: int | None = None
+    """For `Operands.FILES`: how many operands the program only reads; any further operand is
+    a file it writes (`uniq INPUT OUTPUT`, `xxd INFILE OUTFILE`). A glob or unquoted expansion
+    among the operands may stand for any number of them."""
+    value_prefix: str = ""
+    """An operand starting with it is a value that only reads, which `operand_effect` does not
+    concern (date's `+FORMAT`; any other date operand sets the clock)."""
+    short_values_follow: bool = False
+    """A short option's value is always the next word, even inside a cluster and even when
+    letters follow it (tree: `-Lo 2 out` is `-L 2 -o out`)."""
 
     @property
     def read_only(self) -> bool:

@@ -11,9 +11,14 @@ Option parsing follows the program's `Style`:
   table does not list exactly is unknown (getopt_long and git accept unambiguous prefixes:
   `unknown_prefixes` says which known options such a word may abbreviate, for deny);
 - short options: `-abc` is `-a -b -c`; the first one taking a value takes the rest of the word
-  or else the next word (`-ofile`, `-o file`); an optional value is only ever attached;
+  or else the next word (`-ofile`, `-o file`); an optional value is only ever attached; for a
+  program whose short options always take the next word (`Program.short_values_follow`, tree)
+  each value letter of a cluster takes the next unused word (`-Lo 2 out`);
 - `--` ends the options; `-` alone is an operand; a glob whose expansion may start with `-`
-  (`*`, `?x`, `[-]x`, `{-o,x}`) stands where an option may and is unknown unless after `--`.
+  (`*`, `?x`, `[-]x`, `{-o,x}`) stands where an option may and is unknown unless after `--`;
+- operands: `Program.operand_effect` applies to any operand but a literal one starting with
+  `Program.value_prefix` (date's `+FORMAT`); past `Program.max_read_operands` an operand is a
+  file the program writes (`uniq IN OUT`), and a glob or unquoted expansion may be several.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..shell_parse import WordKind
+from ..shell_parse import MANY_KINDS, WordKind
 from .model import EVERYTHING, Effect, Finding, Operands, Option, Program, Style, Takes
 
 _MAX_DEPTH = 8
@@ -199,7 +204,9 @@ class _Reader:
                 if entry.numeric_flags and _NUMBER.fullmatch(word[1:]):
                     i += 1
                     continue
-                i = self.short_cluster(entry, long_names, word, i)
+                i = self.short_cluster(
+                    entry, long_names, word, i, old_style=entry.short_values_follow
+                )
             else:
                 operands.append(i)
                 if entry.style is Style.POSIX or entry.operands in (
@@ -249,7 +256,8 @@ class _Reader:
         *,
         old_style: bool = False,
     ) -> int:
-        """`-abc`; with `old_style` (tar's first word) each letter's value is a later word."""
+        """`-abc`; with `old_style` (tar's first word, every cluster of tree) each letter's value
+        is a later word."""
         next_word = i + 1
         j = 1
         while j < len(word):
@@ -274,7 +282,7 @@ class _Reader:
             rest = word[j + 1 :]
             if rest or option.takes is Takes.ATTACHED:
                 self.apply(entry, option, rest or None, i)
-                return self.after(option, i + 1)
+                return self.after(option, next_word)
             if next_word < len(self.words):
                 self.value_word(entry, option, next_word)
                 self.apply(entry, option, self.words[next_word], i)
@@ -382,13 +390,45 @@ class _Reader:
                     operands[1],
                 )
             return
-        if operands and entry.operand_effect not in (None, Effect.READ):
+        if entry.max_read_operands is not None:
+            self.written_operands(entry, entry.max_read_operands, operands)
+        concerned = [i for i in operands if not self.plain_value(entry, i)]
+        if concerned and entry.operand_effect not in (None, Effect.READ):
             assert entry.operand_effect is not None
             self.find(
                 entry.operand_effect,
-                f"{self.label(entry)} given {self.words[operands[0]][:40]!r}",
-                operands[0],
+                f"{self.label(entry)} given {self.words[concerned[0]][:40]!r}",
+                concerned[0],
             )
+
+    def written_operands(self, entry: Program, limit: int, operands: list[int]) -> None:
+        """Operands after the first `limit` are files the program writes (`uniq IN OUT`); a
+        glob or unquoted expansion may stand for several operands, so it may make one."""
+        if len(operands) > limit:
+            at = operands[limit]
+            self.find(
+                Effect.WRITE,
+                f"{self.label(entry)} writes its operand {self.words[at][:40]!r}",
+                at,
+            )
+            return
+        for at in operands:
+            if self.kinds[at] in MANY_KINDS:
+                self.find(
+                    Effect.WRITE,
+                    f"{self.label(entry)}: {self.words[at][:40]} may stand for several operands, "
+                    f"and it writes any after the first {limit}",
+                    at,
+                )
+                return
+
+    def plain_value(self, entry: Program, i: int) -> bool:
+        """A literal operand starting with the entry's `value_prefix` (date's `+FORMAT`)."""
+        return (
+            bool(entry.value_prefix)
+            and self.literal(i)
+            and self.words[i].startswith(entry.value_prefix)
+        )
 
     # ------------------------------------------------------------ find
 

@@ -1,4 +1,5 @@
-"""find, sed, awk and rg: which commands a family covers, and what candidates are offered."""
+"""find, sed, awk, rg and the other text tools (grep, cut, jq, echo, printf, test, …): which
+commands a family covers, and what candidates are offered."""
 
 from __future__ import annotations
 
@@ -56,6 +57,50 @@ CASES = (
     case("awk '{print | \"sh\"}' notes.txt", "Bash(awk:*)", False),
     case("awk '{\"id\" | getline x}'", "Bash(awk:*)", False),
     case("awk -f prog.awk notes.txt", "Bash(awk:*)", False),
+    # grep: every option only reads (-f reads the patterns from a file).
+    case("grep -rn foo .", "Bash(grep:*)", True, FAMILY),
+    case("grep -E -i -A3 'a|b' notes.txt", "Bash(grep:*)", True, FAMILY),
+    case("grep -2 foo notes.txt", "Bash(grep:*)", True, FAMILY),
+    case("grep -f patterns.txt --exclude-dir=.git -r .", "Bash(grep:*)", True, FAMILY),
+    case("grep --color=always -e -o notes.txt", "Bash(grep:*)", True, FAMILY),
+    case("grep --frobnicate foo notes.txt", "Bash(grep:*)", False),
+    case("egrep 'a|b' notes.txt", "Bash(egrep:*)", True, FAMILY),
+    case("fgrep -x a notes.txt", "Bash(fgrep:*)", True, FAMILY),
+    # Filters that only read.
+    case("cut -d: -f1 /etc/passwd", "Bash(cut:*)", True, FAMILY),
+    case("tr -d '\\r' notes.txt", "Bash(tr:*)", True, FAMILY),
+    case("tr a-z A-Z", "Bash(tr:*)", True, FAMILY),
+    case("paste -sd, notes.txt", "Bash(paste:*)", True, FAMILY),
+    case("comm -12 a b", "Bash(comm:*)", True, FAMILY),
+    case("join -t, -1 2 a b", "Bash(join:*)", True, FAMILY),
+    case("fmt -72 notes.txt", "Bash(fmt:*)", True, FAMILY),
+    case("fold -w 60 notes.txt", "Bash(fold:*)", True, FAMILY),
+    case("expand -t 4 notes.txt", "Bash(expand:*)", True, FAMILY),
+    case("unexpand -a notes.txt", "Bash(unexpand:*)", True, FAMILY),
+    case("rev notes.txt", "Bash(rev:*)", True, FAMILY),
+    case("column -t -s, -o ' | ' notes.csv", "Bash(column:*)", True, FAMILY),
+    case("tsort deps.txt", "Bash(tsort:*)", True, FAMILY),
+    case("shuf -n 3 notes.txt", "Bash(shuf:*)", True, FAMILY),
+    case("shuf -o out notes.txt", "Bash(shuf:*)", False),
+    # jq cannot run programs or write files; its options only read.
+    case("jq -r '.[] | .name' data.json", "Bash(jq:*)", True, FAMILY),
+    case("jq -n --arg x 1 '$x'", "Bash(jq:*)", True, FAMILY),
+    case("jq -f prog.jq --rawfile t notes.txt data.json", "Bash(jq:*)", True, FAMILY),
+    case("jq --frobnicate . data.json", "Bash(jq:*)", False),
+    # Printing and conditions; bash's printf -v assigns a variable later commands see.
+    case("echo hello", "Bash(echo:*)", True, FAMILY),
+    case("echo -n hello", "Bash(echo:*)", True, FAMILY),
+    case("printf '%s\\n' a b", "Bash(printf:*)", True, FAMILY),
+    case("printf -v PATH %s /tmp/x", "Bash(printf:*)", False),
+    case("printf -vPATH %s /tmp/x", "Bash(printf:*)", False),
+    case("printf -- -v", "Bash(printf:*)", True, FAMILY),
+    case("test -f notes.txt", "Bash(test:*)", True, FAMILY),
+    case("test 1 -lt 2", "Bash(test:*)", True, FAMILY),
+    case("seq 1 10", "Bash(seq:*)", True, FAMILY),
+    case("seq -w -5 5", "Bash(seq:*)", True, FAMILY),
+    case("true", "Bash(true:*)", True, FAMILY),
+    case("sleep 1", "Bash(sleep:*)", True, FAMILY),
+    case("yes", "Bash(yes:*)", True, FAMILY),
 )
 
 
