@@ -63,7 +63,7 @@ def _read_only(option: Option) -> bool:
     return option.effect is Effect.READ and option.mode in (None, frozenset({Effect.READ}))
 
 
-def _spelled(option: Option, data: st.DataObject) -> list[str]:
+def _spelled(entry: Program, option: Option, data: st.DataObject) -> list[str]:
     name = data.draw(st.sampled_from(option.names))
     if option.takes is Takes.NOTHING or option.until:
         return [name]
@@ -72,7 +72,7 @@ def _spelled(option: Option, data: st.DataObject) -> list[str]:
         if not option.example:
             return [name]
         return [f"{name}={value}" if name.startswith("--") else f"{name}{value}"]
-    if data.draw(st.booleans()):
+    if data.draw(st.booleans()) or (entry.short_values_follow and not name.startswith("--")):
         return [name, value]
     return [f"{name}={value}" if name.startswith("--") else f"{name}{value}"]
 
@@ -99,7 +99,7 @@ def test_a_read_only_family_covers_exactly_the_read_only_option_combinations(
     if not usable:
         pytest.skip("no options to draw")
     drawn = data.draw(st.lists(st.sampled_from(usable), max_size=4, unique_by=id))
-    words = [word for option in drawn for word in _spelled(option, data)]
+    words = [word for option in drawn for word in _spelled(entry, option, data)]
     values_look_like_options = any(
         option.takes is not Takes.NOTHING and (option.example or "1").startswith("-")
         for option in drawn
