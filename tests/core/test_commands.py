@@ -639,7 +639,7 @@ def _run_with_stand_ins(command: str, tmp_path: Path) -> list[list[str]]:
         "ls -la",
         "echo rm",
         "echo 'rm x'",
-        "git rm x",
+        "git grep rm x",
         "cat <<'EOF'\n$(rm x)\nEOF",
         "grep -r 'rm -rf' .",
         "rmlint x",
