@@ -34,6 +34,9 @@ def denied(command: str) -> bool:
         "unlink x",
         "git clean -fdx",
         "git -C sub clean -f",
+        "git rm x",
+        "git reset --hard",
+        "git stash drop",
         "$cmd x",
     ],
 )
@@ -60,7 +63,6 @@ def test_what_a_deny_on_rm_catches(command: str) -> None:
         ("truncate -s 0 x", "overwriting is not deleting"),
         ("cp /dev/null x", "overwriting is not deleting"),
         ("git checkout -- x", "discarding changes is not deleting files"),
-        ("git reset --hard", "discarding changes is not deleting files"),
     ],
 )
 def test_what_a_deny_on_rm_does_not_see(command: str, why: str) -> None:

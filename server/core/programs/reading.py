@@ -227,9 +227,16 @@ class _Reader:
         name, eq, value = word.partition("=")
         option = names.get(name)
         if option is None:
-            if entry.negatable and name.startswith("--no-") and "--" + name[5:] in names:
-                return i + 1
-            if entry.negatable and "--no-" + name[2:] in names:
+            positive = names.get("--" + name[5:]) if name.startswith("--no-") else None
+            if entry.negatable and positive is not None and not eq:
+                if positive.mode is not None:
+                    # Turning a mode switch off (`--dry-run --no-dry-run`) gives back the
+                    # entry's own effects, which the switch was there to avoid.
+                    self.find(
+                        Effect.UNKNOWN,
+                        f"{self.label(entry)} option {name} (turns a mode switch off)",
+                        i,
+                    )
                 return i + 1
             self.find(Effect.UNKNOWN, f"{self.label(entry)} option {name[:60]}", i)
             self.out.may_be_options.update(_prefix_actions(names, name))
@@ -492,7 +499,9 @@ _NAMES: dict[int, tuple[Program, Mapping[str, Option]]] = {}
 
 
 def option_names(entry: Program) -> Mapping[str, Option]:
-    """Every name of every option of `entry`, built once per entry (entries are constants)."""
+    """Every name of every option of `entry`, built once per entry (entries are constants).
+    A name listed twice takes its later listing: entries list shared option groups first and
+    their own options after (git parses a subcommand's own options before the shared ones)."""
     known = _NAMES.get(id(entry))
     if known is None or known[0] is not entry:
         known = (entry, {name: option for option in entry.options for name in option.names})

@@ -25,10 +25,13 @@ gpg.program) are the human's. Options that only let git use them read (`--textco
 `cat-file --filters`); `--ext-diff` is marked as running code all the same, since the external
 diff is a whole program handed both files. Options that name another repository directory
 (`--git-dir`, `--bare`) run code: that directory's `config` is not bound read-only. Git's own
-discovery of a directory made to look like a bare repository (safe.bareRepository is not set)
-is beyond what a table of options can see. Subcommands that refresh the index's cached file
-stat data when they can lock it (`status`, `diff`, `describe --dirty`) count as reading: what
-the index records does not change (`git --no-optional-locks` turns the refresh off).
+discovery of a directory made to look like a bare repository is refused: every command runs
+with `safe.bareRepository=explicit` (command-line scope, `command_spec.command_env`). A `.git`
+*file* (`gitdir: …`) points git at another directory's config: WriteFile on a file named
+`.git` needs a human, and no read-only family can create one. Subcommands that refresh the
+index's cached file stat data when they can lock it (`status`, `diff`, `describe --dirty`)
+count as reading: what the index records does not change (`git --no-optional-locks` turns
+the refresh off).
 
 Options that run a program of their own (`grep -O`, `rebase -x`, `--upload-pack`, `--exec`,
 `-c`) or that explicitly open the editor (`-e`, `-i`, hunk editing with `-p`) run code. The
