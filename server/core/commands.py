@@ -30,8 +30,8 @@ of what programs and their options do:
   imply everything code can do. A program the table does not list is opaque: a family naming
   it covers it as before (its words imply whatever that program does).
 - **Deny** by a family also matches what the table knows to be equivalent: a family naming
-  a program or subcommand with an action (`rm`: delete) matches every segment whose reading has
-  that action (`unlink`, `find -delete`, `git clean`, `rsync --delete`, …), and a family with
+  only a program that stands for an action (`rm`: delete) matches every segment whose reading
+  has that action (`unlink`, `find -delete`, `git clean`, `rsync --delete`, …), and a family with
   options matches the same program and subcommand given those options in any spelling or
   order, after global options (`Bash(git push --force:*)` matches `git -C d push origin -f`).
 - **Candidates** offer a family only for a program (and subcommand) the table lists as
@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 from .program_table import runs_other_code
 from .programs import TABLE, Effect, Reading, lookup, read
+from .programs.build import NAMED_BY
 from .shell_parse import (
     BARE_WORD,
     MANY_KINDS,
@@ -389,14 +390,18 @@ def _deny_shape(
     tokens: tuple[str, ...],
 ) -> tuple[tuple[str, ...], frozenset[str], frozenset[str]] | None:
     """For a deny family: the entry path its words name, the options among them, and the
-    actions they name when they are only a program (and subcommand) path."""
+    action it stands for when it is only a program that names one (`build.NAMED_BY`: rm,
+    unlink, rmdir and shred stand for deleting, curl and wget for HTTP, chmod, chown and chgrp
+    for permissions)."""
     reading = read(TABLE, tokens, (WordKind.BARE,) * len(tokens), basename=True)
     if not reading.path or reading.opaque_at is not None:
         return None
     if any(f.effect is Effect.UNKNOWN for f in reading.findings) or reading.operands:
         return None
-    only_path = len(tokens) == len(reading.path)
-    actions = frozenset(reading.actions) if only_path else frozenset()
+    named = len(tokens) == 1 == len(reading.path)
+    actions = frozenset(
+        action for action, programs in NAMED_BY.items() if named and reading.path[0] in programs
+    )
     return reading.path, frozenset(reading.options), actions
 
 

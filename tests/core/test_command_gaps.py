@@ -76,3 +76,26 @@ def test_an_allow_family_over_an_unlisted_program_covers_it_as_before() -> None:
     (the operator's words imply whatever the program does); none is offered as a candidate."""
     assert command_allowed("pytest -x --lf tests", (), [parse_family("Bash(pytest:*)")])
     assert command_allowed("./gradlew build --scan", (), [parse_family("Bash(./gradlew:*)")])
+
+
+@pytest.mark.parametrize(
+    ("family", "command", "expected"),
+    [
+        ("Bash(rm:*)", "gzip notes.txt", True),
+        ("Bash(gzip:*)", "rm x", False),
+        ("Bash(git clean:*)", "rm x", False),
+        ("Bash(unlink:*)", "find . -delete", True),
+        ("Bash(curl:*)", "wget https://example.com", True),
+        ("Bash(wget:*)", "curl https://example.com", True),
+        ("Bash(chmod:*)", "chown u x", True),
+        ("Bash(rm -r:*)", "unlink x", False),
+        ("Bash(rm -r:*)", "rm -R -f x", True),
+    ],
+)
+def test_only_the_programs_that_name_an_action_stand_for_it(
+    family: str, command: str, expected: bool
+) -> None:
+    """`Bash(rm:*)` stands for deleting; a deny over a program that merely also deletes
+    (gzip, git clean) denies only that program, and a family with options denies the same
+    program with those options in any spelling."""
+    assert command_denied(command, (), [parse_family(family)]) is expected

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from . import table_dev, table_files, table_git, table_text
+from . import table_archive, table_dev, table_files, table_git, table_net, table_text
 from .model import EVERYTHING, READ_ONLY, Effect, Finding, Operands, Option, Program, Style, Takes
 from .reading import Reading, lookup, read
 
-_GROUPS = (table_files, table_git, table_text, table_dev)
+_GROUPS = (table_archive, table_dev, table_files, table_git, table_net, table_text)
 
 
 def _table() -> Mapping[str, Program]:

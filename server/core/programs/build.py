@@ -68,3 +68,12 @@ HTTP = frozenset({"http"})
 """The action of curl and wget: downloading or uploading over HTTP."""
 PERMISSIONS = frozenset({"permissions"})
 """The action of chmod, chown and chgrp."""
+
+NAMED_BY: dict[str, frozenset[str]] = {
+    "delete": frozenset({"rm", "unlink", "rmdir", "shred"}),
+    "http": frozenset({"curl", "wget"}),
+    "permissions": frozenset({"chmod", "chown", "chgrp"}),
+}
+"""The programs whose deny family stands for an action: `Bash(rm:*)` denies whatever deletes
+files. Other programs carrying an action (gzip deletes its input) are caught by these
+families; a deny family over them (`Bash(gzip:*)`) denies only themselves."""
