@@ -152,7 +152,7 @@ class Family:
                 or "*" in reading.may_be_options
             ):
                 return True
-            if len(path) > 1 and reading.path[: len(path)] == path and options <= reading.options:
+            if reading.path[: len(path)] == path and options <= reading.options:
                 return True
         return False
 
