@@ -77,6 +77,7 @@ bench: install install-system
 	$(PY) bench/bash.py
 	$(PY) bench/load.py
 	$(PY) bench/confinement.py
+	$(PY) bench/rules.py
 
 # The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
 image:
