@@ -249,12 +249,8 @@ class Outcome:
 
 
 def sandbox_env() -> dict[str, str]:
-    """The environment callgate gives every command (`command_env`), plus GIT_OPTIONAL_LOCKS=0:
-    without it `git status` refreshes and rewrites .git/index (with it, `git status` does not;
-    `git diff` and `git describe --dirty` in Git 2.39 still do)."""
-    env = command_env(HOME, "/tmp", CommandSettings(env_passthrough={}))
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    return env
+    """The environment callgate gives every command (`command_env`), exactly."""
+    return command_env(HOME, "/tmp", CommandSettings(env_passthrough={}))
 
 
 BASH_BUILTINS = frozenset(
@@ -333,14 +329,18 @@ class ConfinedWorkspace:
         """What changed since the copy was made, one line per path (see `differences`); a
         rewritten git index says whether its staged entries changed too."""
         lines = differences(self.before, self.snapshot())
-        for i, line in enumerate(lines):
-            if line.startswith("changed .git/index (") and "content" in line:
-                same = staged_entries(self.work / ".git" / "index") == self.staged
-                lines[i] += (
-                    ": git rewrote its index with the same staged entries (a stat refresh)"
-                    if same
-                    else ": the staged entries changed"
-                )
+        refreshed = [line for line in lines if line.startswith("changed .git/index (")]
+        if refreshed and staged_entries(self.work / ".git" / "index") == self.staged:
+            # Decision: git's stat refresh is not a change. `git status`, `git diff` and
+            # `git describe --dirty` rewrite the index with the same staged entries, updating
+            # only the file stat data git caches beside them (git 2.39 `git diff` does it even
+            # with GIT_OPTIONAL_LOCKS=0); `.git` then shows the index.lock it renamed.
+            stat_refresh = {
+                refreshed[0],
+                "changed .git (mtime: a file was created or removed in it)",
+            }
+            if set(lines) <= stat_refresh:
+                return []
         return lines
 
     def _argv(self, command: str) -> list[str]:

@@ -228,6 +228,8 @@ _DIFF = (
 # git-log(1) and git-rev-list(1), Git 2.39, Commit Limiting, History Simplification, Commit
 # Ordering, Object Traversal, Commit Formatting (revision.c, diff-merges.c).
 _REVISIONS = (
+    # Measured in bubblewrap: it writes temporary objects into .git/objects (and removes them).
+    does("--remerge-diff", Effect.WRITE, "writes temporary objects into the repository"),
     *flags(
         "--all",
         "--reflog",
@@ -274,7 +276,6 @@ _REVISIONS = (
         "-m",
         "-c",
         "--cc",
-        "--remerge-diff",
         "--no-diff-merges",
         "--combined-all-paths",
         "--root",
@@ -1199,7 +1200,10 @@ STASH = Program(
     },
 )
 
-_DRY_RUN_READ = mode("-n --dry-run", Effect.READ)
+# Measured in bubblewrap (tests/security/test_readonly_ground_truth.py): add/rm/mv -n and
+# commit/reflog --dry-run still take index or ref locks (a lock file created and removed) and
+# commit --dry-run freshens objects, so a dry run is not a read-only mode: a plain flag.
+_DRY_RUN_READ = Option(("-n", "--dry-run"))
 
 WORKTREE = Program(
     "worktree",
@@ -1379,7 +1383,7 @@ REFLOG = Program(
             "expire",
             "git-reflog(1)",
             _DELETE,
-            mode("--dry-run", Effect.READ),
+            Option(("--dry-run",)),
             _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off"),
             *flags(
                 "--rewrite",
@@ -1395,7 +1399,7 @@ REFLOG = Program(
             "delete",
             "git-reflog(1)",
             _DELETE,
-            mode("--dry-run", Effect.READ),
+            Option(("--dry-run",)),
             _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off"),
             *flags("--rewrite", "--updateref", "--verbose"),
         ),
@@ -1570,7 +1574,7 @@ COMMIT = Program(
     effects=_WRITE,
     negatable=True,
     options=(
-        mode("--dry-run", Effect.READ),
+        Option(("--dry-run",)),
         _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
         *flags(
             "-q --quiet",
@@ -2344,7 +2348,7 @@ SEND_EMAIL = Program(
         ),
         *attached("--smtp-pass", example=""),
         # Prints what would be sent; --to-cmd and --cc-cmd still run.
-        mode("--dry-run", Effect.READ),
+        Option(("--dry-run",)),
         mode("--dump-aliases", Effect.READ),
         does("--annotate", Effect.CODE, "opens the editor on each patch"),
         does("--compose", Effect.CODE, "opens the editor on an introductory message"),

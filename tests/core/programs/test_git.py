@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from callgate.server.core.commands import command_denied, command_warnings, parse_family
-from callgate.server.core.programs import TABLE, Effect, Program
+from callgate.server.core.commands import command_denied, parse_family
+from callgate.server.core.programs import TABLE, Effect, Program, read
 from callgate.server.core.programs.table_git import pretty_format, pull_rebase
+from callgate.server.core.shell_parse import parse_command
 
 from .cases import FAMILY, Case, case, check
 
@@ -149,7 +150,9 @@ CASES = (
     case("git remote update", "Bash(git remote:*)", False),
     # reflog: show reads; expire and delete delete.
     case("git reflog expire --expire=now --all", "Bash(git reflog:*)", False),
-    case("git reflog expire --dry-run --all", "Bash(git reflog:*)", True),
+    # A dry run still takes ref locks (measured: tests/security/test_readonly_ground_truth.py):
+    # not a read-only mode.
+    case("git reflog expire --dry-run --all", "Bash(git reflog:*)", False),
     case("git reflog expire --dry-run --no-dry-run --all", "Bash(git reflog:*)", False),
     # submodule and bisect: foreach and run run commands.
     case("git submodule foreach ls", "Bash(git submodule:*)", False),
@@ -159,13 +162,14 @@ CASES = (
     # Subcommands that write: their family implies writing, not running code.
     case("git add -A", "Bash(git add:*)", True),
     case("git add -p", "Bash(git add:*)", False),
-    case("git add -n --no-dry-run .", "Bash(git add -n:*)", False),
+    # `-n` is not a read-only mode (it takes the index lock): `git add -n` implies writing.
+    case("git add -n --no-dry-run .", "Bash(git add -n:*)", True),
     case("git commit -m 'a b'", "Bash(git commit:*)", True),
     case("git commit --amend --no-verify -F msg.txt", "Bash(git commit:*)", True),
     case("git commit -e -m x", "Bash(git commit:*)", False),
     case("git commit -S -m x", "Bash(git commit:*)", False),
     case("git commit --dry-run", "Bash(git commit --dry-run:*)", True),
-    case("git commit --dry-run --no-dry-run -m x", "Bash(git commit --dry-run:*)", False),
+    case("git commit --dry-run --no-dry-run -m x", "Bash(git commit --dry-run:*)", True),
     case("git checkout main", "Bash(git checkout:*)", True),
     case("git checkout -f main", "Bash(git checkout:*)", False),
     case("git switch --discard-changes main", "Bash(git switch:*)", False),
@@ -423,4 +427,6 @@ def test_git_writes_what_the_table_says(command: str, made: str, tmp_path: Path)
     _confined(command, work)
     assert target.exists()
     assert target.read_bytes() != before
-    assert any(line.startswith("writes files:") for line in command_warnings(command))
+    (segment,) = parse_command(command).segments
+    effects = read(TABLE, segment.words, segment.kinds).all_effects
+    assert effects & {Effect.WRITE, Effect.DELETE}, command
