@@ -26,9 +26,9 @@ $(STAMP): $(PY) pyproject.toml
 
 # Debian packages the tools use: bubblewrap (the Bash sandbox) and ripgrep (Grep).
 install-system:
-	@if ! command -v bwrap >/dev/null || ! command -v rg >/dev/null || ! ldconfig -p | grep -q libseccomp.so.2; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2 ripgrep >/dev/null; \
-	  else echo "install bubblewrap, libseccomp2 and ripgrep (apt-get install bubblewrap libseccomp2 ripgrep) for the sandbox, its seccomp filter and fast grep"; fi; \
+	@if ! command -v bwrap >/dev/null || ! command -v rg >/dev/null || ! command -v tree >/dev/null || ! ldconfig -p | grep -q libseccomp.so.2; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2 ripgrep tree >/dev/null; \
+	  else echo "install bubblewrap, libseccomp2, ripgrep and tree (apt-get install bubblewrap libseccomp2 ripgrep tree) for the sandbox, its seccomp filter, fast grep and the command rules' ground-truth test"; fi; \
 	fi
 
 $(BUF):
