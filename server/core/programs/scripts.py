@@ -129,6 +129,15 @@ class _Sed:
                 return
         raise _Unparsed("an unterminated regular expression")
 
+    def label(self) -> None:
+        """A label (`:a`, `b a`) or `v`'s version: GNU sed 4.9's read_label skips blanks, then
+        ends the word at whitespace or a semicolon; what follows is the next command
+        (`:a w out` is the label `a` and the command `w out`)."""
+        while self.peek() in (" ", "\t"):
+            self.i += 1
+        while self.peek() and not self.peek().isspace() and self.peek() != ";":
+            self.i += 1
+
     def end_of_command(self) -> None:
         while self.peek() in (" ", "\t"):
             self.i += 1
@@ -148,10 +157,8 @@ class _Sed:
                 self.number(required=False)
             self.end_of_command()
             return
-        if command in _SED_LABELLED:
-            # GNU: a label ends at a newline or a semicolon.
-            while self.peek() and self.peek() not in ";\n":
-                self.i += 1
+        if command in _SED_LABELLED or command == "v":
+            self.label()
             return
         if command in _SED_TEXT:
             # `a text`, `a\` newline text: everything to the end of the line, with
@@ -187,10 +194,6 @@ class _Sed:
             self.delimited(delimiter)
             self.delimited(delimiter)
             self.end_of_command()
-            return
-        if command == "v":
-            while self.peek() and self.peek() not in ";\n":
-                self.i += 1
             return
         raise _Unparsed(f"the command {command!r}")
 
@@ -232,30 +235,161 @@ class _Sed:
 
 # ------------------------------------------------------------------ awk
 
-_AWK_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-# A regular expression literal where awk expects an operand: after start, `(`, `,`, `!`, `~`,
-# `{`, `;`, `&&`, `||`, a newline or a blank after one of these.
-_AWK_REGEX = re.compile(r"(^|[(,!~{;&|\n]\s*)/(?:[^/\\\n]|\\.)*/")
 _AWK_CODE = re.compile(r"\bsystem\b|@|\|")
 _AWK_INPUT = re.compile(r"\bgetline\b")
 _AWK_PRINT = re.compile(r"\b(print|printf)\b")
+_AWK_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_AWK_NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# Keywords after which a `/` starts a regular expression, as after an operator.
+_AWK_KEYWORDS = frozenset(
+    {
+        *("BEGIN", "END", "BEGINFILE", "ENDFILE", "function", "func"),
+        *("print", "printf", "return", "delete", "exit", "next", "nextfile"),
+        *("if", "else", "while", "do", "for", "in", "switch", "case", "default"),
+    }
+)
+# Words after which awks disagree on what `/` is: mawk reads a division after `getline`,
+# gawk's grammar a regular expression after parenless `length` (and vice versa).
+_AWK_AMBIGUOUS = frozenset({"getline", "length"})
 
 
 def awk_program(text: str) -> tuple[tuple[Effect, str], ...]:
     """POSIX awk and gawk 5.2 program text (gawk manual §5.6 "Redirecting Output of print and
     printf", §4.10 "Explicit Input with getline", §9.1.4 "system", §2.7 "@load"): `system`,
     pipes, `getline`, `@load`/`@include` run code or read what the words do not say; `>` in a
-    program that prints may write a file. Anything else only reads its input."""
-    stripped = _AWK_REGEX.sub(r"\1//", _AWK_STRING.sub('""', text))
-    if '"' in stripped.replace('""', ""):
-        return ((Effect.UNKNOWN, "program with a string that could not be read"),)
+    program that prints may write a file. Anything else only reads its input.
+
+    The program is first read token by token the way awk's lexer does (`_awk_code`), so that
+    the words checked are code, never the inside of a string, a regular expression or a
+    comment: `x = /;/ ; system("id") ; y = /x/` and `/"/ { system("id") } /"/` both run `id`."""
+    try:
+        code = _awk_code(text)
+    except _Unparsed as exc:
+        return ((Effect.UNKNOWN, f"program that could not be read ({exc})"),)
     found: list[tuple[Effect, str]] = []
-    for match in _AWK_CODE.finditer(stripped.replace("||", "  ")):
+    for match in _AWK_CODE.finditer(code.replace("||", "  ")):
         word = match.group(0)
         found.append((Effect.CODE, f"program uses `{word}` (runs a command or loads code)"))
         break
-    if _AWK_INPUT.search(stripped):
+    if _AWK_INPUT.search(code):
         found.append((Effect.UNKNOWN, "program uses `getline` (reads input the words do not name)"))
-    if ">" in stripped and _AWK_PRINT.search(stripped):
+    if ">" in code and _AWK_PRINT.search(code):
         found.append((Effect.WRITE, "program prints with `>` (may write a file)"))
     return tuple(found)
+
+
+def _awk_code(text: str) -> str:
+    """The program's code with each string literal replaced by `""`, each regular expression
+    literal by `//`, comments dropped and backslash-newlines joined (gawk manual §3.1, §3.3
+    "Regular Expression Constants", §1.6 "awk Statements Versus Lines").
+
+    A `/` starts a regular expression unless it follows an operand (a name, a number, a string,
+    `)`, `]`, `++`, `--`, or another regular expression), as in gawk's and mawk's lexers. A
+    `/` after a word the awks read differently, or inside brackets of a regular expression
+    (`/[/]/`, which some awks end at the inner `/`), is not read."""
+    out: list[str] = []
+    operand = False
+    ambiguous = False
+    i = 0
+    n = len(text)
+    while i < n:
+        char = text[i]
+        if char == "\\" and text[i + 1 : i + 2] in ("\n", "\r"):
+            # gawk also joins a backslash, carriage return and newline.
+            end = i + 3 if text[i + 1 : i + 3] == "\r\n" else i + 2
+            out.append(" ")
+            i = end
+            continue
+        if char in " \t\r":
+            out.append(" ")
+            i += 1
+            continue
+        if char == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if char == '"':
+            i = _awk_string(text, i)
+            out.append('""')
+            operand, ambiguous = True, False
+            continue
+        if char == "/" and not operand:
+            if ambiguous:
+                raise _Unparsed("a `/` that awks read differently after `getline` or `length`")
+            i = _awk_regex(text, i)
+            out.append("//")
+            operand, ambiguous = True, False
+            continue
+        i, token, operand, ambiguous = _awk_token(text, i)
+        out.append(token)
+    return "".join(out)
+
+
+def _awk_token(text: str, i: int) -> tuple[int, str, bool, bool]:
+    """The token at `text[i]` (not a blank, comment, string or regular expression): where it
+    ends, its text, whether it ends an operand, and whether a `/` after it is ambiguous."""
+    word = _AWK_WORD.match(text, i)
+    if word is not None:
+        name = word.group(0)
+        ambiguous = name in _AWK_AMBIGUOUS
+        return word.end(), name, not ambiguous and name not in _AWK_KEYWORDS, ambiguous
+    number = _AWK_NUMBER.match(text, i)
+    if number is not None:
+        return number.end(), number.group(0), True, False
+    if text.startswith(("++", "--"), i):
+        return i + 2, text[i : i + 2], True, False
+    return i + 1, text[i], text[i] in ")]", False
+
+
+def _awk_string(text: str, i: int) -> int:
+    """The index after the string literal starting at `text[i]` (a `"`)."""
+    j = i + 1
+    while j < len(text):
+        char = text[j]
+        if char == "\\":
+            j += 2
+            continue
+        if char == "\n":
+            raise _Unparsed("a newline inside a string")
+        if char == '"':
+            return j + 1
+        j += 1
+    raise _Unparsed("an unterminated string")
+
+
+def _awk_regex(text: str, i: int) -> int:
+    """The index after the regular expression literal starting at `text[i]` (a `/`)."""
+    j = i + 1
+    bracket = False
+    while j < len(text):
+        char = text[j]
+        if char == "\\":
+            j += 2
+            continue
+        if char == "\n":
+            raise _Unparsed("a newline inside a regular expression")
+        if bracket:
+            if char == "/":
+                raise _Unparsed("a `/` inside brackets of a regular expression")
+            if char == "[" and text[j + 1 : j + 2] in (":", ".", "="):
+                close = text.find(text[j + 1] + "]", j + 2)
+                if close < 0:
+                    raise _Unparsed("an unterminated bracket expression")
+                j = close + 2
+                continue
+            if char == "]":
+                bracket = False
+            j += 1
+            continue
+        if char == "[":
+            bracket = True
+            j += 1
+            if text[j : j + 1] == "^":
+                j += 1
+            if text[j : j + 1] == "]":
+                j += 1
+            continue
+        if char == "/":
+            return j + 1
+        j += 1
+    raise _Unparsed("an unterminated regular expression")
