@@ -89,7 +89,6 @@ FAMILY_PREFIX = "Bash("
 FAMILY_SUFFIX = ":*)"
 
 _FAMILY_BODY = re.compile(r"[ A-Za-z0-9_.,/:@%+=-]*")
-_SUBCOMMAND = re.compile(r"[a-z][a-z0-9_:-]*")
 
 _MAX_FAMILY_TOKENS = 16
 

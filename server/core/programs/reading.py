@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..shell_parse import MANY_KINDS, WordKind
-from .model import EVERYTHING, Effect, Finding, Operands, Option, Program, Style, Takes
+from .model import Effect, Finding, Operands, Option, Program, Style, Takes
 
 _MAX_DEPTH = 8
 # A glob that cannot expand to a word starting with `-`: it starts with a plain character
@@ -143,16 +143,15 @@ class _Reader:
         if entry is None:
             self.out.opaque_at = start
             return
-        self.enter(entry, start)
+        self.enter(entry)
         self.program(entry, start + 1, depth)
 
-    def enter(self, entry: Program, position: int) -> None:
+    def enter(self, entry: Program) -> None:
         self.out.path += (entry.name,)
         self.out.entry = entry
         self.out.effects = set(entry.effects)
         self.out.actions |= entry.actions
         self.mode = None
-        del position
 
     def program(self, entry: Program, start: int, depth: int) -> None:
         if entry.style is Style.FIND:
@@ -360,7 +359,7 @@ class _Reader:
             if sub is None:
                 self.out.opaque_at = first
                 return
-            self.enter(sub, first)
+            self.enter(sub)
             self.stop_options = False
             self.program(sub, first + 1, depth)
             return
@@ -525,4 +524,4 @@ def _prefix_actions(names: Mapping[str, Option], word: str) -> set[str]:
     }
 
 
-__all__ = ["EVERYTHING", "Reading", "lookup", "read"]
+__all__ = ["Reading", "lookup", "read"]

@@ -13,9 +13,10 @@ How option values are read follows git's parsers: parse-options and revision.c's
 Where unsure, a value is modelled as attached: the next word is then read as an option or an
 operand, never silently swallowed.
 
-A mode switch that turns off what a subcommand does (`--dry-run`, `git config --get`,
-`git format-patch --stdout`) has its negation listed explicitly with the subcommand's effect:
-`git commit --dry-run --no-dry-run` commits.
+A mode switch that turns off what a subcommand does (`git config --get`,
+`git format-patch --stdout`, `fetch --dry-run`) has its negation listed explicitly with the
+subcommand's effect (the reader also treats turning any mode off as unknown). Dry runs of
+subcommands that write are not modes: they still take locks.
 
 What the table assumes of git's configuration: callgate binds `.git/config`, `.git/hooks`,
 `.git/info/attributes` and `.gitmodules` read-only inside the sandbox and sets
@@ -1203,8 +1204,10 @@ STASH = Program(
 
 # Measured in bubblewrap (tests/security/test_readonly_ground_truth.py): add/rm/mv -n and
 # commit/reflog --dry-run still take index or ref locks (a lock file created and removed) and
-# commit --dry-run freshens objects, so a dry run is not a read-only mode: a plain flag.
-_DRY_RUN_READ = Option(("-n", "--dry-run"))
+# commit --dry-run freshens objects, so a dry run is not a read-only mode: a plain flag, and
+# turning it off (`--no-dry-run`) changes nothing the subcommand's own effects do not cover.
+_DRY_RUN = Option(("-n", "--dry-run"))
+_DRY_RUN_LONG = Option(("--dry-run",))
 
 WORKTREE = Program(
     "worktree",
@@ -1241,8 +1244,7 @@ WORKTREE = Program(
             "prune",
             "git-worktree(1)",
             _WRITE,
-            _DRY_RUN_READ,
-            _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
+            _DRY_RUN,
             *flags("-v --verbose"),
             *values("--expire", example="2.weeks.ago"),
         ),
@@ -1354,8 +1356,7 @@ NOTES = Program(
             "prune",
             "git-notes(1)",
             _WRITE,
-            _DRY_RUN_READ,
-            _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
+            _DRY_RUN,
             *flags("-v --verbose"),
         ),
     },
@@ -1384,8 +1385,7 @@ REFLOG = Program(
             "expire",
             "git-reflog(1)",
             _DELETE,
-            Option(("--dry-run",)),
-            _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off"),
+            _DRY_RUN_LONG,
             *flags(
                 "--rewrite",
                 "--updateref",
@@ -1400,8 +1400,7 @@ REFLOG = Program(
             "delete",
             "git-reflog(1)",
             _DELETE,
-            Option(("--dry-run",)),
-            _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off"),
+            _DRY_RUN_LONG,
             *flags("--rewrite", "--updateref", "--verbose"),
         ),
     },
@@ -1544,8 +1543,7 @@ ADD = Program(
     effects=_WRITE,
     negatable=True,
     options=(
-        _DRY_RUN_READ,
-        _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
+        _DRY_RUN,
         *flags(
             "-v --verbose",
             "-f --force",
@@ -1575,8 +1573,7 @@ COMMIT = Program(
     effects=_WRITE,
     negatable=True,
     options=(
-        Option(("--dry-run",)),
-        _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
+        _DRY_RUN_LONG,
         *flags(
             "-q --quiet",
             "-v --verbose",
@@ -1730,8 +1727,7 @@ RM = Program(
     actions=DELETE,
     negatable=True,
     options=(
-        _DRY_RUN_READ,
-        _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off", DELETE),
+        _DRY_RUN,
         # Only from the index: the files stay.
         mode("--cached", Effect.WRITE),
         _undo("--no-cached", Effect.DELETE, "turns --cached off", DELETE),
@@ -1746,8 +1742,7 @@ MV = Program(
     effects=_WRITE,
     negatable=True,
     options=(
-        _DRY_RUN_READ,
-        _undo("--no-dry-run", Effect.WRITE, "turns --dry-run off"),
+        _DRY_RUN,
         *flags("-v --verbose", "-f --force", "-k", "--sparse"),
     ),
 )
@@ -2349,7 +2344,7 @@ SEND_EMAIL = Program(
         ),
         *attached("--smtp-pass", example=""),
         # Prints what would be sent; --to-cmd and --cc-cmd still run.
-        Option(("--dry-run",)),
+        _DRY_RUN_LONG,
         mode("--dump-aliases", Effect.READ),
         does("--annotate", Effect.CODE, "opens the editor on each patch"),
         does("--compose", Effect.CODE, "opens the editor on an introductory message"),
@@ -2402,8 +2397,7 @@ PRUNE = Program(
     effects=_DELETE,
     negatable=True,
     options=(
-        _DRY_RUN_READ,
-        _undo("--no-dry-run", Effect.DELETE, "turns --dry-run off"),
+        _DRY_RUN,
         *flags("-v --verbose", "--progress", "--exclude-promisor-objects"),
         *values("--expire", example="now"),
     ),
