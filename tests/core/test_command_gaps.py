@@ -99,3 +99,14 @@ def test_only_the_programs_that_name_an_action_stand_for_it(
     (gzip, git clean) denies only that program, and a family with options denies the same
     program with those options in any spelling."""
     assert command_denied(command, (), [parse_family(family)]) is expected
+
+
+def test_warnings_are_capped_for_a_huge_command() -> None:
+    """A command with thousands of unknown options gives at most MAX_WARNINGS lines, the last
+    counting the rest: the approval (and its digest) stays bounded."""
+    from callgate.server.core.commands import MAX_WARNINGS, command_warnings
+
+    command = "git log " + " ".join(f"--unknown-{i}" for i in range(5000))
+    lines = command_warnings(command)
+    assert len(lines) == MAX_WARNINGS
+    assert lines[-1] == f"… and {5000 - MAX_WARNINGS + 1} more"
