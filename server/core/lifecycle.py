@@ -7,27 +7,29 @@ method here and converts the answer back.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import math
 import os
-import secrets
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
 
 import anyio
 
 from .arguments import decode_arguments
-from .board import ApprovalBoard, PendingApproval
+from .board import ApprovalBoard
+from .call_checks import (
+    call_error,
+    check_request_id,
+    outside_allowed_roots,
+    request_fingerprint,
+    request_id_conflict,
+)
+from .call_journal import journal_change
 from .calls import CallRecord, CallSnapshot, compute_digest
+from .decisions import CallDecisions
 from .errors import (
-    AlreadyExists,
     CallgateError,
     FailedPrecondition,
     InvalidArgument,
@@ -36,98 +38,40 @@ from .errors import (
     Unavailable,
     request_invalid,
 )
-from .gate import Gate, Verdict
-from .journal import Journal, JsonValue, NullJournal
-from .models import Access, Decision, Denial, DenialKind, SandboxMode, State, ToolInfo, ToolResult
+from .gate import Gate
+from .journal import Journal, NullJournal
+from .models import State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within, lexical_path, real_path
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
-from .rules import offered_candidates
-from .telemetry import NO_TELEMETRY, Decider, DecisionOutcome, Phase, Telemetry
-from .tool import LoopState, OutputSink, ToolContext, ToolLimits, ToolPlugin
+from .sessions import (
+    MAX_ID_LENGTH,
+    Clock,
+    LifecycleSettings,
+    Session,
+    SessionSnapshot,
+    SystemClock,
+    ToolCatalog,
+    new_id,
+)
+from .telemetry import NO_TELEMETRY, Phase, Telemetry
+from .tool import LoopState, OutputSink, ToolContext
+
+__all__ = [
+    "APPROVE_WAIT_CAP_SECONDS",
+    "Clock",
+    "Lifecycle",
+    "LifecycleSettings",
+    "SessionSnapshot",
+    "SystemClock",
+    "ToolCatalog",
+]
 
 log = logging.getLogger(__name__)
 
 APPROVE_WAIT_CAP_SECONDS = 60.0
 _MAX_LABELS = 16
 _MAX_LABEL_BYTES = 256
-_MAX_ID_LENGTH = 128
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-    def now(self) -> datetime: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-class ToolCatalog(Protocol):
-    def get(self, name: str) -> ToolPlugin: ...
-    def infos(self, workspace: Workspace | None = None) -> list[ToolInfo]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LifecycleSettings:
-    default_workspace: str
-    allowed_roots: tuple[str, ...]
-    headless: bool = False
-    sandbox_mode: SandboxMode = SandboxMode.NONE
-    sandbox_warning: str = ""
-    call_ttl_seconds: float = 900.0
-    approval_timeout_seconds: float = 600.0
-    max_sessions: int = 64
-    max_loops_per_session: int = 64
-    max_open_calls_per_session: int = 256
-    max_kept_calls_per_session: int = 1000
-    max_running_per_session: int = 16
-    max_running_total: int = 64
-    max_argument_bytes: int = 1 << 20
-    tool_limits: ToolLimits = field(default_factory=ToolLimits)
-    # Where sessions get their private directories (<root>/<session_id>); None: no directories.
-    session_state_root: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSnapshot:
-    session_id: str
-    workspace: str
-    default_loop_id: str
-    sandbox_mode: SandboxMode
-    sandbox_warning: str
-    create_time: datetime
-    labels: Mapping[str, str]
-
-
-@dataclass(eq=False, slots=True)
-class Session:
-    session_id: str
-    owner: str
-    workspace: Workspace
-    default_loop_id: str
-    labels: dict[str, str]
-    create_time: datetime
-    resources: SessionResources
-    loops: dict[str, LoopState] = field(default_factory=dict)
-    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
-    prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
-    invoke_requests: dict[str, str] = field(default_factory=dict)
-    running: int = 0
-    open_calls: int = 0
-    closed: bool = False
-
-    def call_ended(self) -> None:
-        self.open_calls -= 1
-
-
-def _new_id(prefix: str) -> str:
-    # 144 random bits, URL-safe, opaque.
-    return prefix + secrets.token_urlsafe(18)
 
 
 class Lifecycle:
@@ -160,6 +104,7 @@ class Lifecycle:
         self._idle: anyio.Event | None = None
         self._shutting_down = False
         self._spawn: Spawn | None = None
+        self.decisions = CallDecisions(settings, gate, self.board, self.clock, self.telemetry)
         self._state_root = (
             Path(settings.session_state_root) if settings.session_state_root else None
         )
@@ -194,8 +139,8 @@ class Lifecycle:
                 f"The server has {self.settings.max_sessions} open sessions; close one first.",
             )
         now = self.clock.now()
-        loop_id = _new_id("loop_")
-        session_id = _new_id("ses_")
+        loop_id = new_id("loop_")
+        session_id = new_id("ses_")
         session = Session(
             session_id=session_id,
             owner=principal.name,
@@ -252,7 +197,7 @@ class Lifecycle:
                 "LOOP_LIMIT",
                 f"The session already has {self.settings.max_loops_per_session} loops.",
             )
-        loop_id = _new_id("loop_")
+        loop_id = new_id("loop_")
         session.loops[loop_id] = LoopState(loop_id)
         return loop_id
 
@@ -276,22 +221,22 @@ class Lifecycle:
         started = time.perf_counter()
         session = self._session(principal, session_id)
         loop = self._loop(session, loop_id)
-        _check_request_id(request_id)
+        check_request_id(request_id)
         fingerprint = ""
         if request_id:
-            fingerprint = _fingerprint(loop.loop_id, tool_name, arguments_json, evaluate)
+            fingerprint = request_fingerprint(loop.loop_id, tool_name, arguments_json, evaluate)
             seen = session.prepare_requests.get(request_id)
             if seen is not None:
                 if seen[0] != fingerprint:
-                    raise _request_id_conflict()
+                    raise request_id_conflict()
                 record = session.calls.get(seen[1])
                 if record is not None:
-                    self._refresh(record)
+                    self.decisions.refresh(record)
                     return record.snapshot()
         tool = self.tools.get(tool_name)
         if session.open_calls >= self.settings.max_open_calls_per_session:
             for old in list(session.calls.values()):
-                self._refresh(old)
+                self.decisions.refresh(old)
             if session.open_calls >= self.settings.max_open_calls_per_session:
                 raise ResourceExhausted(
                     "CALL_LIMIT",
@@ -302,7 +247,7 @@ class Lifecycle:
         prepared = tool.prepare(raw, ctx)
         now = self.clock.now()
         record = CallRecord(
-            execution_id=_new_id("call_"),
+            execution_id=new_id("call_"),
             session_id=session.session_id,
             loop_id=loop.loop_id,
             tool_name=tool.name,
@@ -339,7 +284,7 @@ class Lifecycle:
             record.prepare_request_id = request_id
             session.prepare_requests[request_id] = (fingerprint, record.execution_id)
         if evaluate:
-            self._decide_by_policy(session, record)
+            self.decisions.decide_by_policy(session, record)
         self.telemetry.phase(Phase.PREPARE, time.perf_counter() - started)
         return record.snapshot()
 
@@ -353,16 +298,16 @@ class Lifecycle:
         wait_seconds = min(wait_seconds, APPROVE_WAIT_CAP_SECONDS)
         started = time.perf_counter()
         if record.state is State.PREPARED:
-            self._decide_by_policy(session, record)
+            self.decisions.decide_by_policy(session, record)
         if record.state is State.AWAITING_APPROVAL and wait_seconds > 0:
             deadline = self.clock.monotonic() + wait_seconds
             if record.deadline is not None:
                 deadline = min(deadline, record.deadline)
             with anyio.move_on_after(max(0.0, deadline - self.clock.monotonic())):
                 await record.decided.wait()
-            self._refresh(record)
+            self.decisions.refresh(record)
         if record.state is State.EXPIRED:
-            raise _call_error(record)
+            raise call_error(record)
         if record.state in (State.RUNNING, State.SUCCEEDED, State.FAILED, State.CANCELLED):
             raise FailedPrecondition(
                 "CALL_STATE_INVALID",
@@ -381,18 +326,18 @@ class Lifecycle:
         output: OutputSink | None = None,
     ) -> CallSnapshot:
         session = self._session(principal, session_id)
-        _check_request_id(request_id)
+        check_request_id(request_id)
         if request_id:
             seen = session.invoke_requests.get(request_id)
             if seen is not None and seen != execution_id:
-                raise _request_id_conflict()
+                raise request_id_conflict()
         record = self._call(session, execution_id)
         if request_id and record.invoke_request_id == request_id:
             # A retry of an Invoke that already started: never run again; return its outcome.
             await record.finished.wait()
             return record.snapshot()
         if record.state is not State.APPROVED:
-            raise _call_error(record)
+            raise call_error(record)
         self._check_accepting()
         if session.running >= self.settings.max_running_per_session:
             raise ResourceExhausted(
@@ -495,7 +440,7 @@ class Lifecycle:
         session = self._session(principal, session_id)
         records = list(session.calls.values())
         for record in records:
-            self._refresh(record)
+            self.decisions.refresh(record)
         return [r.snapshot() for r in reversed(records)]
 
     def cancel_call(self, principal: Principal, session_id: str, execution_id: str) -> CallSnapshot:
@@ -541,7 +486,7 @@ class Lifecycle:
                 delay = max(0.0, record.deadline - self.clock.monotonic())
             with anyio.move_on_after(delay):
                 await changed.wait()
-            self._refresh(record)
+            self.decisions.refresh(record)
 
     # ------------------------------------------------------------------ approvers
 
@@ -554,13 +499,13 @@ class Lifecycle:
         session = self._sessions.get(record.session_id) if record is not None else None
         if record is None or session is None:
             raise NotFound("CALL_NOT_FOUND", "No open session has a call with that execution ID.")
-        self._refresh(record)
+        self.decisions.refresh(record)
         return session.owner, record
 
     def session_workspace(self, principal: Principal, session_id: str) -> str:
         """An approver's view of any open session: its workspace root."""
         principal.require(Role.APPROVER)
-        session = self._sessions.get(session_id) if len(session_id) <= _MAX_ID_LENGTH else None
+        session = self._sessions.get(session_id) if len(session_id) <= MAX_ID_LENGTH else None
         if session is None:
             raise NotFound("SESSION_NOT_FOUND", "No open session has that ID.")
         return session.workspace.root
@@ -578,24 +523,7 @@ class Lifecycle:
     ) -> CallSnapshot:
         """Apply an approver's decision to a call AWAITING_APPROVAL (checked by the caller
         with no await since)."""
-        now = self.clock.now()
-        if approve:
-            reason = f"approved by {decided_by}" + (f": {note}" if note else "")
-            record.decision = Decision(decided_by, rule_ids, now, reason)
-            record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
-            record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
-            record.move(State.APPROVED, now)
-            self.telemetry.decided(DecisionOutcome.APPROVED, Decider.HUMAN)
-        else:
-            reason = f"denied by {decided_by}" + (f": {note}" if note else "")
-            record.decision = Decision(decided_by, (), now, reason)
-            record.denial = Denial(
-                DenialKind.APPROVER_DENIED,
-                "An approver denied the call" + (f": {note}" if note else "."),
-            )
-            record.move(State.DENIED, now)
-            self.telemetry.decided(DecisionOutcome.DENIED, Decider.HUMAN)
-        return record.snapshot()
+        return self.decisions.decide_by_human(record, decided_by, approve, note, rule_ids)
 
     def reevaluate_pending(self) -> None:
         """Ask the gate again about every pending call (new rules may now cover some)."""
@@ -609,7 +537,7 @@ class Lifecycle:
             verdict = self.gate.evaluate(
                 record.requirements, session.session_id, session.workspace.root
             )
-            self._settle_by_policy(record, verdict)
+            self.decisions.settle_by_policy(record, verdict)
 
     # ------------------------------------------------------------------ maintenance
 
@@ -617,7 +545,7 @@ class Lifecycle:
         """Expire overdue calls and time out unanswered approvals (also done lazily on access)."""
         for session in list(self._sessions.values()):
             for record in list(session.calls.values()):
-                self._refresh(record)
+                self.decisions.refresh(record)
 
     def begin_shutdown(self) -> None:
         """Refuse new sessions, calls and invocations; running ones go on."""
@@ -660,80 +588,6 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ internals
 
-    def _settle_by_policy(self, record: CallRecord, verdict: Verdict) -> bool:
-        """Apply an Allow or Deny verdict; False when the verdict leaves it to a human."""
-        now = self.clock.now()
-        if verdict.access is Access.ALLOW:
-            record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
-            record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
-            record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
-            record.move(State.APPROVED, now)
-            self.telemetry.decided(DecisionOutcome.APPROVED, Decider.POLICY)
-            return True
-        if verdict.access is Access.DENY:
-            assert verdict.denial is not None
-            record.denial = verdict.denial
-            record.move(State.DENIED, now)
-            self.telemetry.decided(DecisionOutcome.DENIED, Decider.POLICY)
-            return True
-        return False
-
-    def _decide_by_policy(self, session: Session, record: CallRecord) -> None:
-        verdict = self.gate.evaluate(
-            record.requirements, session.session_id, session.workspace.root
-        )
-        if self._settle_by_policy(record, verdict):
-            return
-        now = self.clock.now()
-        if self.settings.headless:
-            record.denial = Denial(
-                DenialKind.APPROVAL_REQUIRED,
-                "The call needs a human approval and this server runs headless: "
-                + "; ".join(r.description for r in verdict.unmet)
-                + ".",
-            )
-            record.move(State.DENIED, now)
-            self.telemetry.decided(DecisionOutcome.DENIED, Decider.POLICY)
-        else:
-            timeout = self.settings.approval_timeout_seconds
-            record.deadline = self.clock.monotonic() + timeout
-            record.move(State.AWAITING_APPROVAL, now)
-            record.on_unpending = self._resolve_pending
-            # No approver watching is not a reason to deny: one may connect before the
-            # approval timeout, and the agent can wait or watch the call meanwhile.
-            self.board.publish(
-                PendingApproval(
-                    call=record.snapshot(),
-                    candidates=offered_candidates(record.candidates, verdict.unmet),
-                    unmet=verdict.unmet,
-                    command=record.command,
-                    working_directory=record.working_directory,
-                    requested_by=session.owner,
-                    workspace=session.workspace.root,
-                    deadline=now + timedelta(seconds=timeout),
-                )
-            )
-
-    def _resolve_pending(self, record: CallRecord) -> None:
-        self.board.resolve(record.execution_id, record.state)
-
-    def _refresh(self, record: CallRecord) -> None:
-        """Apply expiry and approval timeouts that are due."""
-        if record.deadline is None or self.clock.monotonic() < record.deadline:
-            return
-        if record.deciding:
-            # An approver's decision is being made durable; it decides the call either way.
-            return
-        now = self.clock.now()
-        if record.state in (State.PREPARED, State.APPROVED):
-            record.move(State.EXPIRED, now)
-        elif record.state is State.AWAITING_APPROVAL:
-            record.denial = Denial(
-                DenialKind.APPROVAL_TIMEOUT, "No approver decided within the approval timeout."
-            )
-            record.move(State.DENIED, now)
-            self.telemetry.decided(DecisionOutcome.TIMED_OUT, Decider.POLICY)
-
     def _store(self, session: Session, record: CallRecord) -> None:
         session.calls[record.execution_id] = record
         self._calls_by_id[record.execution_id] = record
@@ -745,7 +599,9 @@ class Lifecycle:
             telemetry.call_finished(record.tool_name, record.state)
 
         record.on_terminal = ended
-        record.on_change = functools.partial(self._journal_change, session.owner)
+        record.on_change = functools.partial(
+            journal_change, self.journal, self.clock, session.owner
+        )
         excess = len(session.calls) - self.settings.max_kept_calls_per_session
         if excess <= 0:
             return
@@ -761,67 +617,6 @@ class Lifecycle:
             self._calls_by_id.pop(old.execution_id, None)
             session.prepare_requests.pop(old.prepare_request_id, None)
             session.invoke_requests.pop(old.invoke_request_id, None)
-
-    def _journal_change(self, owner: str, record: CallRecord, previous: State) -> None:
-        """Journal a decision or an end (RUNNING is journaled durably by invoke itself)."""
-        state = record.state
-        data: dict[str, JsonValue]
-        if state in (State.APPROVED, State.DENIED) and previous is not State.RUNNING:
-            kind = "call.decided"
-            decision = record.decision
-            denial = record.denial if state is State.DENIED else None
-            data = {
-                "outcome": state.value,
-                "decided_by": decision.decided_by if decision is not None else "policy",
-                "rule_ids": list(decision.rule_ids) if decision is not None else [],
-                "denial_kind": denial.kind.value if denial is not None else "",
-            }
-        elif state.is_terminal:
-            kind = "call.finished"
-            result = record.result
-            duration = None
-            if previous is State.RUNNING and record.run_started is not None:
-                duration = round(self.clock.monotonic() - record.run_started, 6)
-            data = {
-                "state": state.value,
-                "is_error": result.is_error if result is not None else False,
-                "error_code": result.error_code if result is not None else "",
-                "exit_code": result.exit_code if result is not None else None,
-                "duration_seconds": duration,
-            }
-        else:
-            return
-        self.journal.record(
-            kind,
-            session_id=record.session_id,
-            execution_id=record.execution_id,
-            principal=owner,
-            data=data,
-        )
-        # One log line per end, and per decision that is a denial or a human's, with the IDs
-        # and no arguments or output (approvals by policy are in the journal).
-        routine = (
-            kind == "call.decided"
-            and state is State.APPROVED
-            and (data.get("decided_by") == "policy")
-        )
-        if not routine and log.isEnabledFor(logging.INFO):
-            log.info(
-                "call decided" if kind == "call.decided" else "call finished",
-                extra={
-                    "session_id": record.session_id,
-                    "execution_id": record.execution_id,
-                    "detail": " ".join(
-                        str(v)
-                        for v in (
-                            record.tool_name,
-                            state.value,
-                            data.get("decided_by") or data.get("error_code") or "",
-                        )
-                        if v
-                    ),
-                },
-            )
 
     def _context(
         self,
@@ -845,7 +640,7 @@ class Lifecycle:
         principal.require(Role.AGENT)
         if not session_id:
             raise request_invalid("session_id", "the session_id is required")
-        session = self._sessions.get(session_id) if len(session_id) <= _MAX_ID_LENGTH else None
+        session = self._sessions.get(session_id) if len(session_id) <= MAX_ID_LENGTH else None
         # Another principal's session is indistinguishable from one that does not exist.
         if session is None or session.owner != principal.name:
             raise NotFound(
@@ -866,7 +661,7 @@ class Lifecycle:
         record = session.calls.get(execution_id)
         if record is None:
             raise NotFound("CALL_NOT_FOUND", "The session has no call with that execution ID.")
-        self._refresh(record)
+        self.decisions.refresh(record)
         return record
 
     def _resolve_workspace(self, workspace: str) -> str:
@@ -879,10 +674,10 @@ class Lifecycle:
                 "WORKSPACE_INVALID", "The workspace must be an absolute path to a directory."
             )
         if workspace and not self._in_allowed_roots(lexical_path(workspace)):
-            raise _outside_allowed_roots()
+            raise outside_allowed_roots()
         root = real_path(raw)
         if root is None or not self._in_allowed_roots(root):
-            raise _outside_allowed_roots()
+            raise outside_allowed_roots()
         if not os.path.isdir(root):
             raise InvalidArgument(
                 "WORKSPACE_INVALID", "The workspace is not an existing directory."
@@ -913,64 +708,3 @@ class Lifecycle:
             create_time=session.create_time,
             labels=dict(session.labels),
         )
-
-
-def _check_request_id(request_id: str) -> None:
-    if not request_id:
-        return
-    try:
-        uuid.UUID(request_id)
-    except ValueError:
-        raise request_invalid("request_id", "the request_id must be a UUID") from None
-
-
-def _fingerprint(loop_id: str, tool_name: str, arguments_json: str, evaluate: bool) -> str:
-    h = hashlib.sha256()
-    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0"):
-        h.update(part.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
-def _outside_allowed_roots() -> InvalidArgument:
-    return InvalidArgument(
-        "WORKSPACE_INVALID",
-        "The workspace is outside the server's allowed roots; use one inside them.",
-    )
-
-
-def _request_id_conflict() -> AlreadyExists:
-    return AlreadyExists(
-        "REQUEST_ID_CONFLICT",
-        "That request_id was already used with a different request; use a new UUID.",
-    )
-
-
-def _call_error(record: CallRecord) -> FailedPrecondition:
-    state = record.state
-    metadata = {"state": state.value}
-    if state in (State.PREPARED, State.AWAITING_APPROVAL):
-        return FailedPrecondition(
-            "CALL_NOT_APPROVED",
-            "The call is not approved yet; call Approve first.",
-            metadata=metadata,
-        )
-    if state is State.DENIED:
-        return FailedPrecondition(
-            "CALL_DENIED", "The call was denied and cannot be invoked.", metadata=metadata
-        )
-    if state is State.EXPIRED:
-        return FailedPrecondition(
-            "CALL_EXPIRED",
-            "The call expired before it was invoked; prepare it again.",
-            metadata=metadata,
-        )
-    if state in (State.RUNNING, State.SUCCEEDED, State.FAILED):
-        return FailedPrecondition(
-            "CALL_ALREADY_INVOKED",
-            "The call was already invoked; a call runs at most once.",
-            metadata=metadata,
-        )
-    return FailedPrecondition(
-        "CALL_STATE_INVALID", f"The call is {state.value} and cannot be invoked.", metadata=metadata
-    )

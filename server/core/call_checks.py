@@ -1,0 +1,71 @@
+"""Request checks and the errors the lifecycle answers with (DESIGN section 3)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from .calls import CallRecord
+from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, request_invalid
+from .models import State
+
+
+def check_request_id(request_id: str) -> None:
+    if not request_id:
+        return
+    try:
+        uuid.UUID(request_id)
+    except ValueError:
+        raise request_invalid("request_id", "the request_id must be a UUID") from None
+
+
+def request_fingerprint(loop_id: str, tool_name: str, arguments_json: str, evaluate: bool) -> str:
+    h = hashlib.sha256()
+    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0"):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def outside_allowed_roots() -> InvalidArgument:
+    return InvalidArgument(
+        "WORKSPACE_INVALID",
+        "The workspace is outside the server's allowed roots; use one inside them.",
+    )
+
+
+def request_id_conflict() -> AlreadyExists:
+    return AlreadyExists(
+        "REQUEST_ID_CONFLICT",
+        "That request_id was already used with a different request; use a new UUID.",
+    )
+
+
+def call_error(record: CallRecord) -> FailedPrecondition:
+    state = record.state
+    metadata = {"state": state.value}
+    if state in (State.PREPARED, State.AWAITING_APPROVAL):
+        return FailedPrecondition(
+            "CALL_NOT_APPROVED",
+            "The call is not approved yet; call Approve first.",
+            metadata=metadata,
+        )
+    if state is State.DENIED:
+        return FailedPrecondition(
+            "CALL_DENIED", "The call was denied and cannot be invoked.", metadata=metadata
+        )
+    if state is State.EXPIRED:
+        return FailedPrecondition(
+            "CALL_EXPIRED",
+            "The call expired before it was invoked; prepare it again.",
+            metadata=metadata,
+        )
+    if state in (State.RUNNING, State.SUCCEEDED, State.FAILED):
+        return FailedPrecondition(
+            "CALL_ALREADY_INVOKED",
+            "The call was already invoked; a call runs at most once.",
+            metadata=metadata,
+        )
+    return FailedPrecondition(
+        "CALL_STATE_INVALID", f"The call is {state.value} and cannot be invoked.", metadata=metadata
+    )

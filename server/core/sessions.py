@@ -1,0 +1,95 @@
+"""What the lifecycle keeps per session, its settings and clock (DESIGN section 2)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from .calls import CallRecord
+from .models import SandboxMode, ToolInfo
+from .paths import Workspace
+from .resources import SessionResources
+from .tool import LoopState, ToolLimits, ToolPlugin
+
+MAX_ID_LENGTH = 128
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class ToolCatalog(Protocol):
+    def get(self, name: str) -> ToolPlugin: ...
+    def infos(self, workspace: Workspace | None = None) -> list[ToolInfo]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleSettings:
+    default_workspace: str
+    allowed_roots: tuple[str, ...]
+    headless: bool = False
+    sandbox_mode: SandboxMode = SandboxMode.NONE
+    sandbox_warning: str = ""
+    call_ttl_seconds: float = 900.0
+    approval_timeout_seconds: float = 600.0
+    max_sessions: int = 64
+    max_loops_per_session: int = 64
+    max_open_calls_per_session: int = 256
+    max_kept_calls_per_session: int = 1000
+    max_running_per_session: int = 16
+    max_running_total: int = 64
+    max_argument_bytes: int = 1 << 20
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    # Where sessions get their private directories (<root>/<session_id>); None: no directories.
+    session_state_root: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    session_id: str
+    workspace: str
+    default_loop_id: str
+    sandbox_mode: SandboxMode
+    sandbox_warning: str
+    create_time: datetime
+    labels: Mapping[str, str]
+
+
+@dataclass(eq=False, slots=True)
+class Session:
+    session_id: str
+    owner: str
+    workspace: Workspace
+    default_loop_id: str
+    labels: dict[str, str]
+    create_time: datetime
+    resources: SessionResources
+    loops: dict[str, LoopState] = field(default_factory=dict)
+    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
+    prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
+    invoke_requests: dict[str, str] = field(default_factory=dict)
+    running: int = 0
+    open_calls: int = 0
+    closed: bool = False
+
+    def call_ended(self) -> None:
+        self.open_calls -= 1
+
+
+def new_id(prefix: str) -> str:
+    # 144 random bits, URL-safe, opaque.
+    return prefix + secrets.token_urlsafe(18)
