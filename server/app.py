@@ -344,6 +344,9 @@ class App:
                 max_running_per_session=config.limits.max_running_per_session,
                 max_running_total=config.limits.max_running_total,
                 max_argument_bytes=config.limits.max_argument_bytes,
+                max_retained_bytes=config.limits.max_retained_bytes,
+                max_retained_bytes_per_session=config.limits.max_retained_bytes_per_session,
+                max_retained_result_bytes=config.limits.max_retained_result_bytes,
                 tool_limits=_tool_limits(config),
                 session_state_root=str(self.state_dir / "sessions"),
             ),
@@ -376,6 +379,8 @@ class App:
             running_calls=lambda: lifecycle.running_total,
             running_processes=running_processes,
             pending_approvals=lambda: len(board.pending_approvals()),
+            retained_bytes=lambda: lifecycle.retention.total,
+            retained_budget_bytes=lambda: lifecycle.retention.max_bytes,
         )
 
     def _grpc_server(self) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from callgate.server.core.gate import AccessDefaults
 from callgate.server.core.principals import Role
@@ -79,6 +79,22 @@ class LimitsConfig(BaseModel):
     max_running_total: Annotated[int, Field(ge=1, le=100_000)] = 64
     max_argument_bytes: Annotated[int, Field(ge=1024, le=3 << 20)] = 1 << 20
     max_message_bytes: Annotated[int, Field(ge=64 << 10, le=64 << 20)] = 4 << 20
+    # Memory kept calls may hold (core/retention.py): all calls server-wide, the open calls
+    # of one session, and the result an ended call keeps (Invoke returns all of it).
+    max_retained_bytes: Annotated[int, Field(ge=8 << 20, le=64 << 30)] = 256 << 20
+    max_retained_bytes_per_session: Annotated[int, Field(ge=4 << 20, le=64 << 30)] = 64 << 20
+    max_retained_result_bytes: Annotated[int, Field(ge=4 << 10, le=64 << 20)] = 256 << 10
+
+    @model_validator(mode="after")
+    def _retained(self) -> LimitsConfig:
+        if self.max_retained_bytes_per_session > self.max_retained_bytes:
+            raise ValueError("max_retained_bytes_per_session must not exceed max_retained_bytes")
+        if self.max_retained_bytes_per_session < 2 * self.max_argument_bytes:
+            raise ValueError(
+                "max_retained_bytes_per_session must hold at least two calls of "
+                "max_argument_bytes (it bounds a session's open calls)"
+            )
+        return self
 
 
 class CallsConfig(BaseModel):

@@ -68,6 +68,8 @@ class PrometheusTelemetry:
                 ("callgate_running_calls", "Tool calls running now."),
                 ("callgate_running_processes", "Supervised background processes running now."),
                 ("callgate_pending_approvals", "Calls awaiting a human approval."),
+                ("callgate_retained_bytes", "Bytes kept calls hold (an estimate, see retention)."),
+                ("callgate_retained_budget_bytes", "The budget of retained bytes."),
             )
         }
 
@@ -78,12 +80,16 @@ class PrometheusTelemetry:
         running_calls: Callable[[], float],
         running_processes: Callable[[], float],
         pending_approvals: Callable[[], float],
+        retained_bytes: Callable[[], float],
+        retained_budget_bytes: Callable[[], float],
     ) -> None:
         """Read the gauges from the live objects at scrape time."""
         self._gauges["callgate_sessions"].set_function(sessions)
         self._gauges["callgate_running_calls"].set_function(running_calls)
         self._gauges["callgate_running_processes"].set_function(running_processes)
         self._gauges["callgate_pending_approvals"].set_function(pending_approvals)
+        self._gauges["callgate_retained_bytes"].set_function(retained_bytes)
+        self._gauges["callgate_retained_budget_bytes"].set_function(retained_budget_bytes)
 
     # ------------------------------------------------------------------ Telemetry
 

@@ -61,7 +61,8 @@ class CallRecord:
     summary: str
     requirements: tuple[Requirement, ...]
     candidates: tuple[RuleCandidate, ...]
-    artifact: Artifact
+    # What Invoke runs; let go (None) once the call ends (core/retention.py).
+    artifact: Artifact | None
     digest: str
     create_time: datetime
     update_time: datetime

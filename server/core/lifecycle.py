@@ -6,6 +6,7 @@ method here and converts the answer back.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -44,6 +45,7 @@ from .models import State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within, lexical_path, real_path
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
+from .retention import Retention, open_bytes, release, return_memory_to_os
 from .sessions import (
     MAX_ID_LENGTH,
     Clock,
@@ -104,6 +106,9 @@ class Lifecycle:
         self._idle: anyio.Event | None = None
         self._shutting_down = False
         self._spawn: Spawn | None = None
+        self.retention = Retention(
+            settings.max_retained_bytes, settings.max_retained_bytes_per_session
+        )
         self.decisions = CallDecisions(settings, gate, self.board, self.clock, self.telemetry)
         self._state_root = (
             Path(settings.session_state_root) if settings.session_state_root else None
@@ -174,6 +179,7 @@ class Lifecycle:
         now = self.clock.now()
         for record in session.calls.values():
             self._calls_by_id.pop(record.execution_id, None)
+            self.retention.forget(record)
             if record.state is State.RUNNING:
                 if record.cancel_scope is not None:
                     record.cancel_requested = True
@@ -186,6 +192,10 @@ class Lifecycle:
         # Session-scoped rules go away with their session.
         self.gate.rules.remove_scope(f"session:{session.session_id}")
         await session.resources.aclose()
+        session.calls.clear()
+        session.prepare_requests.clear()
+        session.invoke_requests.clear()
+        return_memory_to_os()
 
     def get_session(self, principal: Principal, session_id: str) -> SessionSnapshot:
         return self._session_snapshot(self._session(principal, session_id))
@@ -245,6 +255,9 @@ class Lifecycle:
         raw = decode_arguments(arguments_json, max_bytes=self.settings.max_argument_bytes)
         ctx = self._context(session, loop, None)
         prepared = tool.prepare(raw, ctx)
+        del raw
+        size = open_bytes(arguments_json, prepared)
+        self._make_room(self.retention.check(session.session_id, size))
         now = self.clock.now()
         record = CallRecord(
             execution_id=new_id("call_"),
@@ -263,7 +276,7 @@ class Lifecycle:
             deadline=self.clock.monotonic() + self.settings.call_ttl_seconds,
             expire_time=now + timedelta(seconds=self.settings.call_ttl_seconds),
         )
-        self._store(session, record)
+        self._store(session, record, size)
         self.journal.record(
             "call.prepared",
             session_id=session.session_id,
@@ -360,6 +373,7 @@ class Lifecycle:
         # against the running limits from the moment it left APPROVED.
         session.running += 1
         self._running_total += 1
+        full: ToolResult | None = None
         try:
             # Invariant 10: the record that authorizes the effect is committed before it
             # starts; without it nothing runs (fail closed).
@@ -381,23 +395,33 @@ class Lifecycle:
             except BaseException:
                 self._finish_cancelled(record)
                 raise
-            await self._run(session, record, output)
+            full = await self._run(session, record, output)
         finally:
             session.running -= 1
             self._running_total -= 1
             if not self._running_total and self._idle is not None:
                 self._idle.set()
                 self._idle = None
+            # The ended call keeps its (capped) result: make room for it.
+            self._make_room(self.retention.total - self.retention.max_bytes)
             self.telemetry.phase(Phase.INVOKE, time.perf_counter() - started)
-        return record.snapshot()
+        snapshot = record.snapshot()
+        if full is not None and snapshot.result is not full:
+            # The ended call keeps a capped result; its Invoke returns all of it.
+            snapshot = dataclasses.replace(snapshot, result=full)
+        return snapshot
 
-    async def _run(self, session: Session, record: CallRecord, output: OutputSink | None) -> None:
+    async def _run(
+        self, session: Session, record: CallRecord, output: OutputSink | None
+    ) -> ToolResult | None:
+        """Run the call's artifact; return the tool's whole result (None when cancelled)."""
         tool = self.tools.get(record.tool_name)
         ctx = self._context(session, session.loops[record.loop_id], output, record.execution_id)
         result: ToolResult | None = None
         with anyio.CancelScope() as scope:
             record.cancel_scope = scope
             try:
+                assert record.artifact is not None  # an open call keeps its artifact
                 result = await tool.invoke(record.artifact, ctx)
             except CallgateError as error:
                 # The RPC reports the error, but the call must still end: left RUNNING it would
@@ -420,9 +444,10 @@ class Lifecycle:
                 raise
         if result is None or scope.cancelled_caught:
             self._finish_cancelled(record)
-            return
+            return None
         record.result = result
         record.move(State.FAILED if result.is_error else State.SUCCEEDED, self.clock.now())
+        return result
 
     def _finish_cancelled(self, record: CallRecord) -> None:
         if record.state is State.RUNNING:
@@ -588,15 +613,20 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ internals
 
-    def _store(self, session: Session, record: CallRecord) -> None:
+    def _store(self, session: Session, record: CallRecord, size: int) -> None:
         session.calls[record.execution_id] = record
         self._calls_by_id[record.execution_id] = record
+        self.retention.add(record, size)
         session.open_calls += 1
-        telemetry = self.telemetry
+        telemetry, retention = self.telemetry, self.retention
+        max_result_bytes = self.settings.max_retained_result_bytes
 
         def ended() -> None:
             session.call_ended()
             telemetry.call_finished(record.tool_name, record.state)
+            # Only what GetCall returns is kept of an ended call, never its raw arguments.
+            release(record, max_result_bytes)
+            retention.ended(record)
 
         record.on_terminal = ended
         record.on_change = functools.partial(
@@ -613,10 +643,27 @@ class Lifecycle:
             if old.state.is_terminal:
                 victims.append(old)
         for old in victims:
-            del session.calls[old.execution_id]
-            self._calls_by_id.pop(old.execution_id, None)
-            session.prepare_requests.pop(old.prepare_request_id, None)
-            session.invoke_requests.pop(old.invoke_request_id, None)
+            self._forget(session, old)
+
+    def _forget(self, session: Session, record: CallRecord) -> None:
+        """Forget an ended call, with the request IDs that pointed at it."""
+        del session.calls[record.execution_id]
+        self._calls_by_id.pop(record.execution_id, None)
+        self.retention.forget(record)
+        session.prepare_requests.pop(record.prepare_request_id, None)
+        session.invoke_requests.pop(record.invoke_request_id, None)
+
+    def _make_room(self, needed: int) -> None:
+        """Forget the oldest ended calls, server-wide, until `needed` bytes are free."""
+        if needed <= 0:
+            return
+        for record in self.retention.oldest_ended(needed):
+            session = self._sessions.get(record.session_id)
+            if session is not None and record.execution_id in session.calls:
+                self._forget(session, record)
+            else:
+                self.retention.forget(record)
+        return_memory_to_os()
 
     def _context(
         self,

@@ -53,6 +53,11 @@ class LifecycleSettings:
     max_running_per_session: int = 16
     max_running_total: int = 64
     max_argument_bytes: int = 1 << 20
+    # The bytes kept calls may hold server-wide, open calls per session, and of one ended
+    # call's result (core/retention.py).
+    max_retained_bytes: int = 256 << 20
+    max_retained_bytes_per_session: int = 64 << 20
+    max_retained_result_bytes: int = 256 << 10
     tool_limits: ToolLimits = field(default_factory=ToolLimits)
     # Where sessions get their private directories (<root>/<session_id>); None: no directories.
     session_state_root: str | None = None
