@@ -42,6 +42,7 @@ from callgate.server.metrics import MetricsServer, PrometheusTelemetry, serve_me
 from callgate.server.rpc.approval_service import ApprovalServicer
 from callgate.server.rpc.audit_service import AuditServicer
 from callgate.server.rpc.handlers import register_service
+from callgate.server.rpc.output_stream import StreamBudget
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_works
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
@@ -359,7 +360,12 @@ class App:
         )
         if self.metrics is not None:
             self._watch_gauges(self.metrics)
-        self.tool_servicer = ToolServicer(self.lifecycle)
+        self.tool_servicer = ToolServicer(
+            self.lifecycle,
+            StreamBudget(
+                config.limits.stream_buffer_bytes, config.limits.stream_buffer_total_bytes
+            ),
+        )
         # Workspace rules persisted by approvers; loaded into the rule book at start.
         self.rule_store = SqliteRuleStore(self.state_dir / RULES_DB)
         self.approvals = Approvals(self.lifecycle, self.rules, self.rule_store)

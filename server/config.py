@@ -84,11 +84,17 @@ class LimitsConfig(BaseModel):
     max_retained_bytes: Annotated[int, Field(ge=8 << 20, le=64 << 30)] = 256 << 20
     max_retained_bytes_per_session: Annotated[int, Field(ge=4 << 20, le=64 << 30)] = 64 << 20
     max_retained_result_bytes: Annotated[int, Field(ge=4 << 10, le=64 << 20)] = 256 << 10
+    # Output buffered for one InvokeStream reader, and for all of them; a reader further
+    # behind loses its stream (STREAM_BACKLOG), never the call.
+    stream_buffer_bytes: Annotated[int, Field(ge=64 << 10, le=1 << 30)] = 8 << 20
+    stream_buffer_total_bytes: Annotated[int, Field(ge=64 << 10, le=16 << 30)] = 64 << 20
 
     @model_validator(mode="after")
     def _retained(self) -> LimitsConfig:
         if self.max_retained_bytes_per_session > self.max_retained_bytes:
             raise ValueError("max_retained_bytes_per_session must not exceed max_retained_bytes")
+        if self.stream_buffer_bytes > self.stream_buffer_total_bytes:
+            raise ValueError("stream_buffer_bytes must not exceed stream_buffer_total_bytes")
         if self.max_retained_bytes_per_session < 2 * self.max_argument_bytes:
             raise ValueError(
                 "max_retained_bytes_per_session must hold at least two calls of "

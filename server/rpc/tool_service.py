@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from callgate.server.core.calls import CallSnapshot
 from callgate.server.core.lifecycle import Lifecycle
+from callgate.server.core.tool import OutputSink
 from callgate.v1 import tool_service_pb2 as pb
 
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
+from .output_stream import OutputStream, StreamBudget
 
 
 class ToolServicer:
     """Handlers for every ToolService method."""
 
-    def __init__(self, lifecycle: Lifecycle) -> None:
+    def __init__(self, lifecycle: Lifecycle, stream_budget: StreamBudget | None = None) -> None:
         self.lifecycle = lifecycle
+        # Output buffered for InvokeStream readers (see output_stream).
+        self.stream_budget = stream_budget or StreamBudget(8 << 20, 64 << 20)
         # Exchange runs each operation through the unary handler of the same RPC.
         commit = lifecycle.journal.commit
         self._exchange_operations: dict[str, UnaryHandler] = {
@@ -114,16 +119,21 @@ class ToolServicer:
         return pb.InvokeResponse(call=message, result=message.result)
 
     async def invoke_stream(self, request: pb.InvokeStreamRequest, call: Call) -> None:
-        context = call.context
+        async def run(sink: OutputSink) -> CallSnapshot:
+            snapshot = await self.lifecycle.invoke(
+                call.principal, request.session_id, request.execution_id, request.request_id, sink
+            )
+            await self.lifecycle.journal.commit()
+            return snapshot
 
-        async def emit(data: bytes) -> None:
-            await context.write(pb.InvokeStreamResponse(output=pb.OutputChunk(data=data)))
-
-        snapshot = await self.lifecycle.invoke(
-            call.principal, request.session_id, request.execution_id, request.request_id, emit
+        stream: OutputStream[CallSnapshot] = OutputStream(
+            call.context,
+            self.stream_budget,
+            lambda data: pb.InvokeStreamResponse(output=pb.OutputChunk(data=data)),
         )
-        await self.lifecycle.journal.commit()
-        await context.write(pb.InvokeStreamResponse(finished=call_to_proto(snapshot)))
+        await stream.serve(
+            run, lambda snapshot: pb.InvokeStreamResponse(finished=call_to_proto(snapshot))
+        )
 
     async def get_call(self, request: pb.GetCallRequest, call: Call) -> pb.GetCallResponse:
         snapshot = self.lifecycle.get_call(call.principal, request.session_id, request.execution_id)

@@ -1,0 +1,223 @@
+"""Slow readers never break streams (issue 13, point 5).
+
+The attack: an InvokeStream reader that stops reading for a few seconds. The command's output
+pump was blocked in a gRPC write when the command ended; two seconds later it was cancelled
+mid-write and the handler wrote the final message on top of the pending one, so the RPC ended
+INTERNAL (`GRPC_CALL_ERROR_TOO_MANY_OPERATIONS`) although the call SUCCEEDED. Now one task
+writes each stream, output is buffered (bounded per stream and server-wide) so the command
+never waits for the reader, and a reader that falls too far behind gets RESOURCE_EXHAUSTED
+`STREAM_BACKLOG` — every byte otherwise, never INTERNAL, and the call's outcome unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+import pytest
+
+from callgate.v1 import approval_service_pb2 as apb
+from callgate.v1 import audit_service_pb2 as apb_audit
+from callgate.v1 import audit_service_pb2_grpc
+from callgate.v1 import tool_call_pb2 as cpb
+from callgate.v1 import tool_service_pb2 as tpb
+from tests.support.approvals import approver
+from tests.support.calls import open_session, prepare
+from tests.support.sandbox import bwrap_only
+from tests.support.server import serve
+from tests.support.status import failure
+
+if TYPE_CHECKING:
+    from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
+
+pytestmark = pytest.mark.anyio
+
+MIB = 1 << 20
+
+
+async def stream(
+    stub: ToolServiceAsyncStub, session: str, command: str, pause: float, limit: float = 30
+) -> tuple[int, tpb.InvokeStreamResponse | None, grpc.aio.AioRpcError | None]:
+    """InvokeStream a command, stop reading for `pause` seconds after the first message;
+    returns (output bytes read, the final message, the RPC error)."""
+    arguments = {"command": command, "timeout": limit}
+    call = await prepare(stub, session, "Bash", arguments, evaluate=True)
+    assert call.state == cpb.STATE_APPROVED
+    responses = stub.InvokeStream(
+        tpb.InvokeStreamRequest(session_id=session, execution_id=call.execution_id)
+    )
+    received, final, paused = 0, None, False
+    try:
+        async for response in responses:
+            if not paused:
+                paused = True
+                await asyncio.sleep(pause)
+            if response.WhichOneof("event") == "output":
+                received += len(response.output.data)
+            else:
+                final = response
+    except grpc.aio.AioRpcError as error:
+        return received, final, error
+    return received, final, None
+
+
+@bwrap_only[0]
+@bwrap_only[1]
+async def test_a_reader_that_pauses_gets_every_byte_and_the_outcome(tmp_path: Path) -> None:
+    limits = {"stream_buffer_bytes": 32 * MIB}
+    async with serve(
+        tmp_path, sandbox="bwrap", access={"command": "allow"}, limits=limits
+    ) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        # More than gRPC's buffers hold (~6 MiB here), less than the stream's buffer; the
+        # reader sleeps past the command's 3 s time limit. The old pump blocked in a write,
+        # the command was killed at its limit, and the final message broke the stream.
+        size = 20 * MIB
+        received, final, error = await stream(
+            stub, session, f"head -c {size} /dev/zero | tr '\\0' a", pause=6.0, limit=3
+        )
+        assert error is None, (error.code(), error.details()) if error else None
+        assert final is not None
+        assert final.finished.state == cpb.STATE_SUCCEEDED
+        assert received == size
+
+
+@bwrap_only[0]
+@bwrap_only[1]
+async def test_a_reader_too_far_behind_gets_stream_backlog_and_the_call_succeeds(
+    tmp_path: Path,
+) -> None:
+    limits = {"stream_buffer_bytes": 1 * MIB}
+    async with serve(
+        tmp_path, sandbox="bwrap", access={"command": "allow"}, limits=limits
+    ) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        received, final, error = await stream(
+            stub, session, f"head -c {24 * MIB} /dev/zero | tr '\\0' b", pause=4.0
+        )
+        assert final is None
+        assert error is not None
+        details = failure(error)
+        assert details.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert details.reason == "STREAM_BACKLOG"
+        assert "GetCall" in details.message
+        assert received < 24 * MIB
+        calls = await stub.ListCalls(tpb.ListCallsRequest(session_id=session))
+        assert calls.calls[0].state == cpb.STATE_SUCCEEDED
+        # Nothing stays buffered once the stream has ended.
+        assert harness.app.tool_servicer.stream_budget.buffered == 0
+
+
+@bwrap_only[0]
+@bwrap_only[1]
+async def test_a_reader_that_never_reads_pins_no_memory_and_does_not_hold_shutdown(
+    tmp_path: Path,
+) -> None:
+    limits = {"stream_buffer_bytes": 1 * MIB}
+    async with serve(
+        tmp_path, sandbox="bwrap", access={"command": "allow"}, limits=limits
+    ) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        call = await prepare(
+            stub, session, "Bash", {"command": "head -c 50000000 /dev/zero"}, evaluate=True
+        )
+        responses = stub.InvokeStream(
+            tpb.InvokeStreamRequest(session_id=session, execution_id=call.execution_id)
+        )
+        await responses.read()  # the first chunk, then never again
+        budget = harness.app.tool_servicer.stream_budget
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            got = await stub.GetCall(
+                tpb.GetCallRequest(session_id=session, execution_id=call.execution_id)
+            )
+            if got.call.state == cpb.STATE_SUCCEEDED:
+                break
+        assert got.call.state == cpb.STATE_SUCCEEDED
+        assert budget.buffered <= 1 * MIB
+        responses.cancel()
+    # Leaving `serve` stopped the server with the stream still open: it did not hang.
+
+
+async def test_a_slow_event_watcher_gets_every_event(tmp_path: Path) -> None:
+    """WatchEvents reads the journal as the watcher asks: a slow one loses nothing and the
+    server buffers nothing for it."""
+    async with serve(tmp_path, access={"workspace_write": "deny"}) as harness:
+        stub = harness.stub()
+        audit = audit_service_pb2_grpc.AuditServiceStub(harness.channel("admin"))
+        watch = audit.WatchEvents(apb_audit.WatchEventsRequest())
+        await watch.wait_for_connection()
+        session = await open_session(stub)
+        for index in range(300):
+            await prepare(
+                stub, session, "WriteFile", {"path": f"e{index}", "content": "x"}, evaluate=True
+            )
+        await harness.app.journal.flush()
+        await asyncio.sleep(1.0)  # the watcher lags behind the flood
+        seqs: list[int] = []
+        while len(seqs) < 601:  # session.opened, then call.prepared and call.decided each
+            response = await asyncio.wait_for(watch.read(), 5)
+            assert isinstance(response, apb_audit.WatchEventsResponse)
+            seqs.append(response.event.seq)
+            await asyncio.sleep(0.001)
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        watch.cancel()
+
+
+async def test_a_slow_approval_watcher_gets_every_item_or_a_clear_error(tmp_path: Path) -> None:
+    """WatchApprovals keeps a bounded queue per watcher (gRPC's flow-control windows hold a few
+    MiB more): a watcher that lags behind a flood of 1,150 approvals gets each of them, or is
+    ended with RESOURCE_EXHAUSTED WATCH_QUEUE_FULL and can watch again; never INTERNAL."""
+    async with serve(tmp_path) as harness:
+        stub = harness.stub()
+        approvals = approver(harness)
+        watch = approvals.WatchApprovals(apb.WatchApprovalsRequest())
+        session = await open_session(stub)
+        await prepare(stub, session, "WriteFile", {"path": "w", "content": "x"}, evaluate=True)
+        await asyncio.wait_for(watch.read(), 5)  # subscribed; it lags from here on
+        flood = 1
+        for _ in range(5):
+            session = await open_session(stub)
+            for index in range(230):
+                await prepare(
+                    stub, session, "WriteFile", {"path": f"w{index}", "content": "x"}, evaluate=True
+                )
+                flood += 1
+        seen = 1
+        try:
+            while seen < flood:
+                item = await asyncio.wait_for(watch.read(), 5)
+                assert isinstance(item, apb.WatchApprovalsResponse)
+                seen += item.WhichOneof("item") == "approval"
+                await asyncio.sleep(0.0005)
+        except grpc.aio.AioRpcError as error:
+            details = failure(error)
+            assert details.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert details.reason == "WATCH_QUEUE_FULL"
+        else:
+            assert seen == flood
+        watch.cancel()
+
+
+async def test_a_slow_call_watcher_gets_the_latest_state(tmp_path: Path) -> None:
+    async with serve(tmp_path) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        call = await prepare(stub, session, "WriteFile", {"path": "c", "content": "x"})
+        watch = stub.WatchCall(
+            tpb.WatchCallRequest(session_id=session, execution_id=call.execution_id)
+        )
+        first = await watch.read()
+        assert isinstance(first, tpb.WatchCallResponse)
+        assert first.call.state == cpb.STATE_PREPARED
+        await stub.CancelCall(
+            tpb.CancelCallRequest(session_id=session, execution_id=call.execution_id)
+        )
+        await asyncio.sleep(1.0)
+        states = [response.call.state async for response in watch]
+        assert states[-1] == cpb.STATE_CANCELLED
