@@ -34,6 +34,7 @@ from .fsaccess import PathChanged
 from .grep_scan import GrepOutput, scan_file
 from .search_patterns import (
     GrepGlob,
+    LineMatcher,
     compile_grep_regex,
 )
 from .search_walk import (
@@ -90,7 +91,7 @@ class GrepPlan:
         return self.glob is None or self.glob.matches(rel)
 
 
-def python_search(plan: GrepPlan, regex: re.Pattern[str]) -> None:
+def python_search(plan: GrepPlan, regex: LineMatcher) -> None:
     """The pure-Python engine: walk, filter and scan, in the same order as ripgrep."""
 
     def is_hit(_: int, text: str) -> bool:

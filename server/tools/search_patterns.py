@@ -6,28 +6,33 @@ exactly the same input:
   `[...]`, backslashes or leading `!`. A Glob pattern is matched against the path relative
   to its root; a Grep glob without `/` is matched against file names at any depth, one with
   `/` against the path relative to the searched directory (ripgrep's rule).
-- Grep regexes: the subset that Python `re` and ripgrep's Rust regex both read the same
-  way. Refused: lookaround, backreferences, atomic groups, possessive quantifiers,
-  conditionals, comments, `\\Z`, octal escapes, escapes of characters that are not regex
-  metacharacters, a `{` that does not start a repetition, repetitions over 1000, nested
-  classes and class set operations (`&&`, `--`, `~~`), inline flags other than `i`, `m`,
-  `s`, and line breaks (a match never spans lines). `\\s` means Unicode White_Space in both.
-  Outside ASCII, `\\w`, `\\d` and `\\b` follow each engine's Unicode tables, which agree for
-  letters and decimal digits.
+- Grep regexes: the subset that RE2 (the Python engine's matcher: linear time, so no
+  pattern can stall the server) and ripgrep's Rust regex both read the same way. Refused:
+  lookaround, backreferences, atomic groups, possessive quantifiers, conditionals,
+  comments, `\\Z`, octal escapes, escapes of characters that are not regex metacharacters, a
+  `{` that does not start a repetition, repetitions over 1000, nested classes and class set
+  operations (`&&`, `--`, `~~`), inline flags other than `i`, `m`, `s`, and line breaks (a
+  match never spans lines). `\\s` means Unicode White_Space in both, `\\d` Unicode decimal
+  digits, `\\w` Unicode letters, marks, digits and connectors; `\\b` is a boundary between
+  ASCII word characters in RE2 (Unicode in ripgrep). Code points: `\\x41`, `\\x{1F600}`,
+  `\\u00e9`, `\\U0001F600`.
 - Files that are not UTF-8 text (a NUL byte or an invalid sequence anywhere) are skipped.
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
+from typing import Any, Protocol
+
+import re2  # type: ignore[import-untyped]
 
 from ..core.errors import arguments_invalid
 
 MAX_PATTERN_CHARS = 1000
 MAX_GLOB_ALTERNATIVES = 64
 MAX_REPEAT = 1000
+RE2_MAX_MEM = 64 << 20
 
 # Path globs ----------------------------------------------------------------------------------
 
@@ -103,10 +108,20 @@ def _glob_body(expansion: str) -> str:
     return "".join(out)
 
 
-def compile_path_globs(expansions: list[str]) -> re.Pattern[str] | None:
+class PathMatcher(Protocol):
+    def match(self, text: str) -> object | None: ...
+
+
+def compile_path_globs(expansions: list[str]) -> PathMatcher | None:
+    """One RE2 matcher for path globs (linear time: `*a*a*a…` cannot stall a walk)."""
     if not expansions:
         return None
-    return re.compile("(?:" + "|".join(_glob_body(e) for e in expansions) + r")\Z")
+    body = "(?:" + "|".join(_glob_body(e) for e in expansions) + r")\z"
+    try:
+        matcher: PathMatcher = re2.compile(body, _re2_options())
+    except re2.error as exc:
+        raise arguments_invalid("pattern", f"the glob is too complex ({exc})") from None
+    return matcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +129,8 @@ class GrepGlob:
     """A Grep `glob` filter: name globs match file names, path globs relative paths."""
 
     expansions: tuple[str, ...]
-    name_regex: re.Pattern[str] | None
-    path_regex: re.Pattern[str] | None
+    name_regex: PathMatcher | None
+    path_regex: PathMatcher | None
 
     @classmethod
     def parse(cls, pattern: str) -> GrepGlob:
@@ -128,7 +143,7 @@ class GrepGlob:
 
     def matches(self, rel: str) -> bool:
         name = rel.rsplit("/", 1)[-1]
-        if self.name_regex is not None and self.name_regex.match(name):
+        if self.name_regex is not None and self.name_regex.match(name) is not None:
             return True
         return self.path_regex is not None and self.path_regex.match(rel) is not None
 
@@ -139,7 +154,15 @@ _PUNCTUATION_ESCAPES = frozenset("\\.+*?()|[]{}^$#&-~")
 _LETTER_ESCAPES = frozenset("dDwWsSbBAtrfvaxuU")
 _CLASS_LETTER_ESCAPES = frozenset("dDwWsStrfvaxuU")
 # Unicode White_Space, which is what Rust's \s means (Python's adds \x1c-\x1f).
-_WHITE_SPACE = "\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+_WHITE_SPACE = (
+    "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"
+    "\\x{205f}\\x{3000}"
+)
+# Rust's Unicode \d and \w (RE2's own are ASCII-only).
+_DIGIT = "\\p{Nd}"
+_WORD = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_HEX_LENGTH = {"x": 2, "u": 4, "U": 8}
 _GROUP_OPENING = re.compile(r"\(\?(?::|P<[A-Za-z_][A-Za-z0-9_]*>|[ims]*(?:-[ims]+)?[:)])")
 _REPETITION = re.compile(r"\{([0-9]+)(?:,([0-9]*))?\}")
 
@@ -161,7 +184,7 @@ def _group_problem(rest: str) -> str:
 
 
 def _translate_escape(escaped: str, in_class: bool) -> str:
-    """The Python form of the escape `\\<escaped>`."""
+    """The RE2 form of the escape `\\<escaped>` (code point escapes: `_code_point`)."""
     if escaped.isdigit():
         raise PatternUnsupported("backreferences and octal escapes are not supported")
     if escaped == "n":
@@ -174,13 +197,43 @@ def _translate_escape(escaped: str, in_class: bool) -> str:
         )
     if escaped not in (_CLASS_LETTER_ESCAPES if in_class else _LETTER_ESCAPES):
         raise PatternUnsupported(f"the escape \\{escaped} is not supported here")
-    if escaped == "s":
-        return _WHITE_SPACE if in_class else f"[{_WHITE_SPACE}]"
-    if escaped == "S":
-        if in_class:
-            raise PatternUnsupported("\\S inside [...] is not supported")
-        return f"[^{_WHITE_SPACE}]"
-    return "\\" + escaped
+    if escaped in "SW" and in_class:
+        raise PatternUnsupported(f"\\{escaped} inside [...] is not supported")
+    members = {"s": _WHITE_SPACE, "d": _DIGIT, "w": _WORD}.get(escaped.lower())
+    if members is None:
+        return "\\" + escaped
+    if in_class:
+        return "\\P{Nd}" if escaped == "D" else members
+    if escaped == "d":
+        return _DIGIT
+    if escaped == "D":
+        return "\\P{Nd}"
+    return f"[^{members}]" if escaped.isupper() else f"[{members}]"
+
+
+def _code_point(pattern: str, position: int) -> tuple[str, int]:
+    """`\\xhh`, `\\x{h…}`, `\\uhhhh`, `\\u{h…}` or `\\Uhhhhhhhh` at `position` (the backslash):
+    its RE2 form `\\x{h…}` and how many characters it took."""
+    letter = pattern[position + 1]
+    start = position + 2
+    if pattern.startswith("{", start) and letter != "U":
+        close = pattern.find("}", start)
+        digits = pattern[start + 1 : close] if close != -1 else ""
+        consumed = close + 1 - position
+    else:
+        digits = pattern[start : start + _HEX_LENGTH[letter]]
+        consumed = 2 + len(digits)
+        if len(digits) != _HEX_LENGTH[letter]:
+            digits = ""
+    if not digits or len(digits) > 8 or not set(digits) <= _HEX_DIGITS:
+        raise PatternUnsupported(
+            f"\\{letter} must be followed by hex digits, as in \\x41, \\u00e9 or \\x{{1F600}}"
+        )
+    if int(digits, 16) > 0x10FFFF or 0xD800 <= int(digits, 16) <= 0xDFFF:
+        raise PatternUnsupported(f"\\{letter}{digits} is not a Unicode scalar value")
+    if int(digits, 16) == 0x0A:
+        raise PatternUnsupported("a match never spans lines; remove the line break")
+    return f"\\x{{{digits}}}", consumed
 
 
 class _RegexTranslator:
@@ -203,7 +256,10 @@ class _RegexTranslator:
             if char == "\\":
                 if self.position + 1 == len(pattern):
                     raise PatternUnsupported("the pattern ends with a lone backslash")
-                self._emit(_translate_escape(pattern[self.position + 1], self.in_class), 2)
+                if pattern[self.position + 1] in _HEX_LENGTH:
+                    self._emit(*_code_point(pattern, self.position))
+                else:
+                    self._emit(_translate_escape(pattern[self.position + 1], self.in_class), 2)
             elif self.in_class:
                 self._class_member(char)
             elif char == "[":
@@ -259,20 +315,31 @@ class _RegexTranslator:
 
 
 def grep_python_regex(pattern: str) -> str:
-    """Translate a Grep regex into the Python regex that matches the same lines as ripgrep;
+    """Translate a Grep regex into the RE2 regex that matches the same lines as ripgrep;
     raises PatternUnsupported for anything outside the common dialect."""
     return _RegexTranslator(pattern).translate()
 
 
-def compile_grep_regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
-    """The Python regex for a Grep pattern; PatternUnsupported when either engine would
-    refuse it or read it differently."""
+class LineMatcher(Protocol):
+    def search(self, text: str) -> object | None: ...
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    # Bounds the compiled program (a pattern that needs more is refused, never run).
+    options.max_mem = RE2_MAX_MEM
+    options.log_errors = False
+    return options
+
+
+def compile_grep_regex(pattern: str, ignore_case: bool) -> LineMatcher:
+    """The RE2 matcher for a Grep pattern (linear time in the line's length);
+    PatternUnsupported when either engine would refuse it or read it differently."""
     translated = grep_python_regex(pattern)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            return re.compile(translated, re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
-            raise PatternUnsupported(f"invalid regex: {exc.msg}") from None
-        except (FutureWarning, DeprecationWarning):
-            raise PatternUnsupported("the pattern is ambiguous between regex dialects") from None
+    try:
+        matcher: LineMatcher = re2.compile(
+            ("(?i)" if ignore_case else "") + translated, _re2_options()
+        )
+    except re2.error as exc:
+        raise PatternUnsupported(f"invalid regex: {exc}") from None
+    return matcher
