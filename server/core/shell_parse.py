@@ -66,6 +66,16 @@ from .program_table import (
 MAX_NESTING = 4
 """How many command strings deep (`bash -c "sh -c '…'"`) a command is parsed."""
 _MAX_PARSES = 64
+# The syntax nodes read per command (all its nested strings together), and a cheap bound
+# checked before parsing: a command of more is not read (issue 13: ~50 ms of loop time at most).
+MAX_SYNTAX_NODES = 4000
+_OPERATOR_CHARACTERS = "|&;()<>`$"
+
+
+def _rough_tokens(text: str) -> int:
+    """A cheap estimate of the tokens tree-sitter would make of `text` (words and operators)."""
+    return len(text.split()) + sum(text.count(char) for char in _OPERATOR_CHARACTERS)
+
 
 BARE_WORD = re.compile(r"[A-Za-z0-9_.,/:@%+=-]+")
 
@@ -437,6 +447,7 @@ class _Analysis:
         self.understood = True
         # Bounds the work on adversarial input: past it, the rest is unknown (fails closed).
         self.parses_left = _MAX_PARSES
+        self.nodes_left = MAX_SYNTAX_NODES
 
     def unknown(self, text: str) -> None:
         """A command string that cannot be read: every deny family matches it."""
@@ -448,10 +459,19 @@ class _Analysis:
             self.unknown(text)
             return
         self.parses_left -= 1
+        if _rough_tokens(text) > max(self.nodes_left, 0):
+            # Parsing and reading this much would hold the event loop (tree-sitter keeps the
+            # GIL): it is not read at all, so no rule covers it and every deny rule matches.
+            self.unknown(text)
+            return
         if not _understood_text(text):
             self.understood = False
         source = text.encode("utf-8")
         tree = Parser(_language()).parse(source)
+        self.nodes_left -= tree.root_node.descendant_count
+        if self.nodes_left < 0:
+            self.unknown(text)
+            return
         level = _Level(depth, source)
         self._walk(tree.root_node, level, nested)
         if tree.root_node.has_error:

@@ -157,8 +157,12 @@ async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
     regex = compile_grep_regex(artifact.pattern, artifact.ignore_case)
     remaining = plan.deadline - time.monotonic()
     with anyio.move_on_after(max(remaining, 0)) as scope:
-        # Abandoned on timeout: the walk also checks the deadline and stops by itself.
-        await anyio.to_thread.run_sync(python_search, plan, regex, abandon_on_cancel=True)
+        # Abandoned on timeout or cancellation (a CancelCall, the server's shutdown): the
+        # worker sees `abandoned` (or its deadline) at its next check and stops by itself.
+        try:
+            await anyio.to_thread.run_sync(python_search, plan, regex, abandon_on_cancel=True)
+        finally:
+            plan.out.abandoned = True
     if scope.cancelled_caught:
         raise SearchTimedOut
 

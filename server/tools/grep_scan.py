@@ -12,7 +12,7 @@ from ..core.models import (
     ToolResult,
 )
 from .files import display
-from .search_walk import check_deadline
+from .search_walk import SearchTimedOut, check_deadline
 
 MAX_LINE_CHARS = 1000
 
@@ -29,6 +29,9 @@ class GrepOutput:
     matches: int = 0
     more_matches: bool = False
     over_bytes: bool = False
+    # Set from the event loop when the call is cancelled or times out: the worker thread
+    # searching stops at its next check instead of running on (and holding shutdown).
+    abandoned: bool = False
 
     @property
     def full(self) -> bool:
@@ -111,11 +114,15 @@ def scan_file(
     """Search one open file and add its lines to `out` (all of them, or none if the file is
     not UTF-8 text). `is_hit` decides whether a line matches."""
     check_deadline(deadline)
+    if out.abandoned:
+        raise SearchTimedOut
     reader = io.BufferedReader(io.FileIO(fd, "rb", closefd=False), 1 << 16)
     scan = _FileScan(rel, out)
     for number, raw in enumerate(reader, start=1):
         if number % 4096 == 0:
             check_deadline(deadline)
+            if out.abandoned:
+                raise SearchTimedOut
         if b"\x00" in raw:
             return
         try:

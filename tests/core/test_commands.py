@@ -179,11 +179,16 @@ def test_parsing_is_cached_per_command_string() -> None:
 
 
 def test_a_deeply_nested_command_parses_without_recursion_errors() -> None:
-    """Thousands of nested substitutions are walked iteratively."""
-    command = "echo " + "$(echo " * 3000 + "x" + ")" * 3000
+    """Hundreds of nested substitutions (deeper than Python's recursion limit allows a
+    recursive walk) are walked iteratively; thousands are past MAX_SYNTAX_NODES and are not
+    read at all (one unknown segment: fails closed)."""
+    command = "echo " + "$(echo " * 600 + "x" + ")" * 600
     parsed = parse_command(command)
-    assert len(parsed.segments) == 3001
+    assert len(parsed.segments) == 601
     assert not allowed(command, "Bash(echo:*)")
+    deeper = "echo " + "$(echo " * 3000 + "x" + ")" * 3000
+    assert parse_command(deeper).segments[0].words == (deeper,)
+    assert not allowed(deeper, "Bash(echo:*)")
 
 
 # ------------------------------------------------------------------ normalization

@@ -27,6 +27,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient
+from callgate.server.core.commands import Family, command_allowed, command_denied
+from callgate.server.core.shell_parse import parse_command
 from callgate.server.tools.search_patterns import compile_grep_regex
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
@@ -182,3 +184,28 @@ def test_the_python_engine_is_linear_and_speaks_ripgreps_dialect(
     started = time.monotonic()
     assert (regex.search(line) is not None) is matches
     assert time.monotonic() - started < 2.0  # did not hang (backtracking takes years)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "a|" * 32000 + "a",
+        "$(" * 10000 + "x" + ")" * 10000,
+        "git log " + "--x " * 15000,
+        "bash -c '" + "a|" * 3000 + "a' | bash -c '" + "b|" * 3000 + "b'",
+    ],
+)
+def test_a_huge_command_is_not_read_and_so_fails_closed(command: str) -> None:
+    """Reading a 64 KiB command of thousands of segments or options held the loop for up to a
+    second per Prepare (tree-sitter keeps the GIL). Past MAX_SYNTAX_NODES it is not read: no
+    allow family covers it and every deny family matches it."""
+    parse_command.cache_clear()
+    started = time.monotonic()
+    parsed = parse_command(command)
+    assert time.monotonic() - started < 2.0  # did not hang
+    assert any(
+        len(segment.words) == 1 and segment.words[0] in command for segment in parsed.segments
+    )
+    families = [Family(("git", "log")), Family(("a",))]
+    assert not command_allowed(command, (), families)
+    assert command_denied(command, (), [Family(("rm",))])

@@ -23,6 +23,7 @@ Option parsing follows the program's `Style`:
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -512,16 +513,26 @@ def _all_actions(entry: Program) -> set[str]:
     return {action for option in entry.options for action in option.actions}
 
 
+_SORTED: dict[int, tuple[Mapping[str, Option], list[str]]] = {}
+
+
 def _prefix_actions(names: Mapping[str, Option], word: str) -> set[str]:
-    """Actions of the known long options `word` may abbreviate (getopt_long, parse-options)."""
+    """Actions of the known long options `word` may abbreviate (getopt_long, parse-options).
+    The names are kept sorted, so a word costs a bisection, not a scan of every option."""
     if not word.startswith("-") or len(word) < 3:
         return set()
-    return {
-        action
-        for name, option in names.items()
-        if name.startswith(word) and name != word
-        for action in option.actions
-    }
+    known = _SORTED.get(id(names))
+    if known is None or known[0] is not names:
+        known = (names, sorted(names))
+        _SORTED[id(names)] = known
+    ordered = known[1]
+    actions: set[str] = set()
+    for index in range(bisect.bisect_right(ordered, word), len(ordered)):
+        name = ordered[index]
+        if not name.startswith(word):
+            break
+        actions.update(names[name].actions)
+    return actions
 
 
 __all__ = ["Reading", "lookup", "read"]
