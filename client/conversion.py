@@ -126,6 +126,7 @@ def session_from_proto(message: session_pb2.Session) -> Session:
         ),
         labels=dict(message.labels),
         sandbox_warning=message.sandbox_warning,
+        sandbox_limits=message.sandbox_limits,
     )
 
 

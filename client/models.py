@@ -94,6 +94,8 @@ class Session(_Frozen):
     create_time: datetime | None
     labels: dict[str, str]
     sandbox_warning: str
+    # How each command is bounded: "cgroup-v2", "cgroup-v1", "rlimit" or "none".
+    sandbox_limits: str = ""
 
 
 class Requirement(_Frozen):

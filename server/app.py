@@ -45,6 +45,7 @@ from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.output_stream import StreamBudget
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_works
+from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
@@ -130,11 +131,29 @@ def build_rules(config: ServerConfig) -> RuleBook:
     )
 
 
-def build_runner(sandbox: SandboxStatus) -> CommandRunner:
+def build_limiter(config: ServerConfig) -> CommandLimiter:
+    """Per-command limits (sandbox/limits.py); raises ConfigError when `cgroup` is asked
+    for and cannot be had."""
+    limits = config.command_limits
+    try:
+        return CommandLimiter(
+            CommandLimits(
+                pids=limits.pids,
+                memory_bytes=limits.memory_bytes,
+                cpu_seconds=limits.cpu_seconds,
+                file_size_bytes=limits.file_size_bytes,
+            ),
+            limits.mechanism,
+        )
+    except RuntimeError as exc:
+        raise ConfigError(f"command_limits.mechanism: {exc}") from None
+
+
+def build_runner(sandbox: SandboxStatus, limiter: CommandLimiter | None = None) -> CommandRunner:
     """bubblewrap when the startup self-test passed, else unconfined (already warned about).
     The mode is in the startup log, in every Session and in health-check trailers."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
-        runner = BwrapRunner(sandbox.bwrap_path, seccomp=sandbox.seccomp)
+        runner = BwrapRunner(sandbox.bwrap_path, seccomp=sandbox.seccomp, limiter=limiter)
         if runner.lifeline and not lifeline_works(sandbox.bwrap_path, sandbox.seccomp):
             runner.lifeline = False
             log.warning(
@@ -145,7 +164,7 @@ def build_runner(sandbox: SandboxStatus) -> CommandRunner:
                 },
             )
         return runner
-    return UnconfinedRunner()
+    return UnconfinedRunner(limiter)
 
 
 def command_settings(config: ServerConfig, environ: Mapping[str, str]) -> CommandSettings:
@@ -191,19 +210,22 @@ def _user_home() -> str | None:
 
 SANDBOX_MODE_METADATA = "callgate-sandbox-mode"
 SANDBOX_SECCOMP_METADATA = "callgate-sandbox-seccomp"
+SANDBOX_LIMITS_METADATA = "callgate-sandbox-limits"
 
 
 class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  # untyped base
     """grpc.health.v1 whose Check answers also carry the sandbox mode in effect as trailing
-    metadata (`callgate-sandbox-mode: bwrap|none`, `callgate-sandbox-seccomp: on|off`): the
+    metadata (`callgate-sandbox-mode: bwrap|none`, `callgate-sandbox-seccomp: on|off`,
+    `callgate-sandbox-limits: cgroup-v2|cgroup-v1|rlimit|none`): the
     health "details" an operator can read with `callgate health` or `grpcurl -v`, since
     HealthCheckResponse has no details field."""
 
-    def __init__(self, sandbox_mode: str, seccomp: bool = False) -> None:
+    def __init__(self, sandbox_mode: str, seccomp: bool = False, limits: str = "none") -> None:
         super().__init__()
         self._trailer = (
             (SANDBOX_MODE_METADATA, sandbox_mode),
             (SANDBOX_SECCOMP_METADATA, "on" if seccomp else "off"),
+            (SANDBOX_LIMITS_METADATA, limits),
         )
 
     async def Check(  # the gRPC method name
@@ -300,7 +322,8 @@ class App:
             AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected
         )
         rg = shutil.which("rg") if config.tools.ripgrep else None
-        self.runner = build_runner(self.sandbox)
+        self.limiter = build_limiter(config)
+        self.runner = build_runner(self.sandbox, self.limiter)
         self.command_settings = command_settings(config, os.environ)
         # The audit journal; opened (and the previous run's open calls abandoned) at start.
         self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
@@ -336,6 +359,7 @@ class App:
                 headless=headless,
                 sandbox_mode=self.sandbox.mode,
                 sandbox_warning=self.sandbox.warning,
+                sandbox_limits=self.limiter.mechanism,
                 call_ttl_seconds=config.calls.ttl_seconds,
                 approval_timeout_seconds=config.approval.timeout_seconds,
                 max_sessions=config.limits.max_sessions,
@@ -420,7 +444,9 @@ class App:
             self.authenticator,
         )
         health_servicer = SandboxReportingHealth(
-            self.sandbox.mode.value, seccomp=self.sandbox.seccomp is not None
+            self.sandbox.mode.value,
+            seccomp=self.sandbox.seccomp is not None,
+            limits=self.limiter.mechanism,
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -556,6 +582,9 @@ class App:
         self._lock_fd = None
         if fd is not None:
             os.close(fd)
+        limiter = getattr(self, "limiter", None)
+        if limiter is not None:
+            limiter.close()
 
     def __del__(self) -> None:
         self.release()

@@ -400,6 +400,8 @@ def _health(args: argparse.Namespace) -> int:
                     print(f"callgate: sandbox {value!s}", file=sys.stderr)
                 elif key == "callgate-sandbox-seccomp":
                     print(f"callgate: seccomp {value!s}", file=sys.stderr)
+                elif key == "callgate-sandbox-limits":
+                    print(f"callgate: command limits {value!s}", file=sys.stderr)
             return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
     return anyio.run(main)

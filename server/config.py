@@ -211,6 +211,21 @@ class FetchConfig(BaseModel):
         return value
 
 
+class CommandLimitsConfig(BaseModel):
+    """The `[command_limits]` table: what one command (and everything it starts) may use,
+    sandboxed or not (sandbox/limits.py). `mechanism`: `auto` (cgroups when the server can
+    create them, else rlimits), `cgroup` (refuse to start without), `rlimit`, `none`."""
+
+    model_config = _STRICT
+
+    mechanism: Literal["auto", "cgroup", "rlimit", "none"] = "auto"
+    pids: Annotated[int, Field(ge=8, le=1_000_000)] = 512
+    memory_bytes: Annotated[int, Field(ge=16 << 20, le=1 << 40)] = 2 << 30
+    # Per process (RLIMIT_CPU); a command's wall time is bounded by its timeout.
+    cpu_seconds: Annotated[int, Field(ge=1, le=86_400)] = 600
+    file_size_bytes: Annotated[int, Field(ge=1 << 20, le=1 << 40)] = 1 << 30
+
+
 class JournalConfig(BaseModel):
     """The audit journal (`<state_dir>/journal.db`). `normal`: an acknowledged record survives a
     server crash or kill -9; `full`: also a power loss, at about +1 ms per Invoke."""
@@ -270,6 +285,7 @@ class ServerConfig(BaseModel):
     bash: BashConfig = Field(default_factory=BashConfig)
     tls: TlsConfig = Field(default_factory=TlsConfig)
     journal: JournalConfig = Field(default_factory=JournalConfig)
+    command_limits: CommandLimitsConfig = Field(default_factory=CommandLimitsConfig)
 
     def state_path(self) -> Path:
         """The canonical state directory (symlinks resolved, also when it does not exist yet)."""

@@ -752,6 +752,7 @@ class Lifecycle:
             default_loop_id=session.default_loop_id,
             sandbox_mode=self.settings.sandbox_mode,
             sandbox_warning=self.settings.sandbox_warning,
+            sandbox_limits=self.settings.sandbox_limits,
             create_time=session.create_time,
             labels=dict(session.labels),
         )

@@ -44,6 +44,8 @@ class LifecycleSettings:
     headless: bool = False
     sandbox_mode: SandboxMode = SandboxMode.NONE
     sandbox_warning: str = ""
+    # The per-command limits' mechanism (sandbox/limits.py): cgroup-v2|cgroup-v1|rlimit|none.
+    sandbox_limits: str = "none"
     call_ttl_seconds: float = 900.0
     approval_timeout_seconds: float = 600.0
     max_sessions: int = 64
@@ -70,6 +72,7 @@ class SessionSnapshot:
     default_loop_id: str
     sandbox_mode: SandboxMode
     sandbox_warning: str
+    sandbox_limits: str
     create_time: datetime
     labels: Mapping[str, str]
 

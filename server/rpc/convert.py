@@ -152,6 +152,7 @@ def session_to_proto(session: SessionSnapshot) -> session_pb2.Session:
         default_loop_id=session.default_loop_id,
         sandbox_mode=sandbox_mode_to_proto(session.sandbox_mode),
         sandbox_warning=session.sandbox_warning,
+        sandbox_limits=session.sandbox_limits,
         create_time=timestamp(session.create_time),
         labels=dict(session.labels),
     )

@@ -58,6 +58,7 @@ from callgate.server.core.paths import is_within
 from ..tools import fsaccess
 from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
+from .limits import CommandLimiter, Placement
 from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec, CommandStartError
 from .seccomp import SeccompProgram
@@ -363,8 +364,9 @@ class BwrapCommand(LaunchedCommand):
         output: PipeReceiveStream,
         stdin: PipeSendStream | None,
         lifeline: int | None = None,
+        limits: tuple[CommandLimiter, Placement] | None = None,
     ) -> None:
-        super().__init__(child, output, stdin)
+        super().__init__(child, output, stdin, limits)
         self._init_pid: int | None = None
         self._init_fd: int | None = None
         # The write end of the sandbox's lifeline pipe, held until the command is over.
@@ -396,7 +398,7 @@ class BwrapCommand(LaunchedCommand):
         else:
             proctree.signal_descendants(self._init_pid, self._init_fd, signum)
 
-    async def terminate_tree(self, grace: float) -> None:
+    async def _terminate_tree(self, grace: float) -> None:
         if self._child.returncode is not None:
             self._exited()  # over (maybe nobody waited): release what signalling needed
             return
@@ -447,9 +449,15 @@ class BwrapRunner:
     """Starts commands under bubblewrap (see the module docstring)."""
 
     def __init__(
-        self, bwrap: str, lifeline: bool | None = None, seccomp: SeccompProgram | None = None
+        self,
+        bwrap: str,
+        lifeline: bool | None = None,
+        seccomp: SeccompProgram | None = None,
+        limiter: CommandLimiter | None = None,
     ) -> None:
         self.bwrap = bwrap
+        # Per-command pids, memory, CPU time and file size limits (limits.py); None: none.
+        self.limiter = limiter
         # The commands' seccomp filter (seccomp.py), built once per server; None: no filter
         # (libseccomp missing, reported as a sandbox warning).
         self.seccomp = seccomp
@@ -479,6 +487,7 @@ class BwrapRunner:
         passed: list[int] = []  # ours to close once the child has them (or on failure)
         info_read: int | None = None
         lifeline: Lifeline | None = None
+        placement = self.limiter.place() if self.limiter is not None else None
         try:
             info_read, info_write = os.pipe2(os.O_CLOEXEC)
             passed.append(info_write)
@@ -493,8 +502,11 @@ class BwrapRunner:
                 lifeline = Lifeline.open()
                 passed += lifeline.passed
                 env.update(lifeline.env)
+            argv = self.argv(spec, info_fd=info_write, anchors=anchors, seccomp_fd=seccomp_fd)
+            if self.limiter is not None and placement is not None:
+                argv = self.limiter.wrap(argv, placement)
             child, output, stdin = await spawn(
-                self.argv(spec, info_fd=info_write, anchors=anchors, seccomp_fd=seccomp_fd),
+                argv,
                 env=env,
                 cwd="/",
                 stdin=spec.stdin,
@@ -503,6 +515,8 @@ class BwrapRunner:
         except BaseException:
             proctree.close_fd(info_read)
             proctree.close_fd(lifeline.write if lifeline is not None else None)
+            if placement is not None:
+                placement.release()
             raise
         finally:
             for fd in passed:
@@ -510,7 +524,13 @@ class BwrapRunner:
         assert info_read is not None
         try:
             command = BwrapCommand(
-                child, output, stdin, lifeline.write if lifeline is not None else None
+                child,
+                output,
+                stdin,
+                lifeline.write if lifeline is not None else None,
+                (self.limiter, placement)
+                if self.limiter is not None and placement is not None
+                else None,
             )
             try:
                 with anyio.fail_after(INFO_TIMEOUT_SECONDS):

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from .limits import CommandLimiter, Placement, exit_limit
 from .pipes import PipeReceiveStream, PipeSendStream, output_pipe
 from .runner import CommandStartError
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 # After SIGKILL a process ends as soon as the kernel gets to it; only a task stuck in an
 # uninterruptible sleep (a hung network filesystem) takes longer. Past this, give up waiting.
 KILL_CONFIRM_SECONDS = 30.0
+# Removing a finished command's cgroups (see LaunchedCommand._release_limits).
+RELEASE_TRIES = 50
+RELEASE_RETRY_SECONDS = 0.02
 
 
 def exit_status(returncode: int) -> int:
@@ -127,11 +131,48 @@ class LaunchedCommand:
     what its process tree is and how it is signalled."""
 
     def __init__(
-        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+        self,
+        child: Child,
+        output: PipeReceiveStream,
+        stdin: PipeSendStream | None,
+        limits: tuple[CommandLimiter, Placement] | None = None,
     ) -> None:
         self._child = child
         self._output = output
         self._stdin = stdin
+        # The command's cgroups and the limiter that made them (sandbox/limits.py).
+        self._limits = limits
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The limit the command ran into (`pids_limit`, `memory_limit`, `cpu_limit`,
+        `file_size_limit`), once its tree is gone; None otherwise."""
+        placement = self._limits[1] if self._limits is not None else None
+        if placement is not None and placement.hit is not None:
+            return placement.hit
+        return exit_limit(self._child.returncode)
+
+    async def terminate_tree(self, grace: float) -> None:
+        """SIGTERM the tree, wait up to `grace` seconds, then SIGKILL; returns once every
+        process of the tree is confirmed gone, and its cgroups with it."""
+        try:
+            await self._terminate_tree(grace)
+        finally:
+            if self._limits is not None:
+                await self._release_limits(*self._limits)
+
+    async def _release_limits(self, limiter: CommandLimiter, placement: Placement) -> None:
+        """Remove the command's cgroups; the kernel may take a moment to empty a PID
+        namespace, so a few tries, then the limiter's sweep takes over."""
+        with anyio.CancelScope(shield=True):
+            for _ in range(RELEASE_TRIES):
+                if placement.release():
+                    return
+                await anyio.sleep(RELEASE_RETRY_SECONDS)
+        limiter.leftover(placement)
+
+    async def _terminate_tree(self, grace: float) -> None:
+        raise NotImplementedError
 
     @property
     def output(self) -> ByteReceiveStream:

@@ -76,6 +76,12 @@ class RunningCommand(Protocol):
         process of the tree is confirmed gone."""
         ...
 
+    @property
+    def limit_hit(self) -> str | None:
+        """The per-command limit the command ran into (`pids_limit`, `memory_limit`,
+        `cpu_limit`, `file_size_limit`), known once its tree is gone; None otherwise."""
+        ...
+
 
 class CommandRunner(Protocol):
     """Starts confined commands. One per server, chosen by the startup self-test."""

@@ -27,6 +27,7 @@ from callgate.server.core.models import SandboxMode
 
 from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
+from .limits import CommandLimiter, Placement
 from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec
 
@@ -41,9 +42,13 @@ class UnconfinedCommand(LaunchedCommand):
     """A command whose tree is its process group (see the module docstring)."""
 
     def __init__(
-        self, child: Child, output: PipeReceiveStream, stdin: PipeSendStream | None
+        self,
+        child: Child,
+        output: PipeReceiveStream,
+        stdin: PipeSendStream | None,
+        limits: tuple[CommandLimiter, Placement] | None = None,
     ) -> None:
-        super().__init__(child, output, stdin)
+        super().__init__(child, output, stdin, limits)
         # start_new_session: the child leads a new session and process group.
         self._pgid = child.pid
         self._group_gone = False
@@ -83,7 +88,7 @@ class UnconfinedCommand(LaunchedCommand):
                     await anyio.sleep(_GROUP_POLL_SECONDS)
         return not self._tree_alive()
 
-    async def terminate_tree(self, grace: float) -> None:
+    async def _terminate_tree(self, grace: float) -> None:
         if not self._tree_alive():
             return
         if grace > 0:
@@ -97,12 +102,26 @@ class UnconfinedCommand(LaunchedCommand):
 class UnconfinedRunner:
     """Starts commands without confinement (see the module docstring)."""
 
+    def __init__(self, limiter: CommandLimiter | None = None) -> None:
+        self.limiter = limiter
+
     @property
     def mode(self) -> SandboxMode:
         return SandboxMode.NONE
 
     async def start(self, spec: CommandSpec) -> UnconfinedCommand:
-        child, output, stdin = await spawn(
-            [BASH, "-c", spec.command], env=spec.env, cwd=spec.workdir, stdin=spec.stdin
-        )
-        return UnconfinedCommand(child, output, stdin)
+        argv = [BASH, "-c", spec.command]
+        limits = None
+        if self.limiter is not None:
+            placement = self.limiter.place()
+            argv = self.limiter.wrap(argv, placement)
+            limits = (self.limiter, placement)
+        try:
+            child, output, stdin = await spawn(
+                argv, env=spec.env, cwd=spec.workdir, stdin=spec.stdin
+            )
+        except BaseException:
+            if limits is not None:
+                limits[1].release()
+            raise
+        return UnconfinedCommand(child, output, stdin, limits)

@@ -19,6 +19,13 @@ OUTPUT_TAIL_BYTES = 16 << 10
 KILL_GRACE_SECONDS = 2.0
 LEFTOVER_GRACE_SECONDS = 0.5
 DRAIN_AFTER_EXIT_SECONDS = 2.0
+# What a result says when the command ran into one of the sandbox's limits (sandbox/limits.py).
+LIMIT_FOOTERS = {
+    "pids_limit": "stopped by the sandbox's limit on processes (a fork failed)",
+    "memory_limit": "stopped by the sandbox's memory limit (the kernel killed a process)",
+    "cpu_limit": "stopped by the sandbox's CPU time limit",
+    "file_size_limit": "stopped by the sandbox's file size limit",
+}
 # Large reads keep streaming fast: fewer wake-ups, fewer and larger output messages.
 READ_CHUNK_BYTES = 256 << 10
 
@@ -119,6 +126,15 @@ async def run_foreground(
             if running.stdin is not None:
                 await running.stdin.aclose()
     text = capture.text()
+    hit = running.limit_hit
+    if hit is not None:
+        return ToolResult(
+            text=_with_footer(text, f"[{LIMIT_FOOTERS[hit]}; exit code: {exit_code}]"),
+            is_error=True,
+            error_code=hit,
+            exit_code=exit_code,
+            omitted_bytes=capture.omitted,
+        )
     if exit_code is None:
         return ToolResult(
             text=_with_footer(

@@ -133,6 +133,8 @@ def process_state(process: SupervisedProcess) -> dict[str, object]:
         "status": process.status.value,
         "exit_code": process.exit_code if not process.is_running else None,
         "reason": process.reason.value if process.reason and not process.is_running else None,
+        # The sandbox limit it ran into (pids_limit, memory_limit, cpu_limit, file_size_limit).
+        "limit": process.running.limit_hit if not process.is_running else None,
         "total_bytes": process.log.total,
     }
 

@@ -368,6 +368,7 @@ class ProcessSupervisor:
                 "loop_id": process.loop_id,
                 "reason": process.reason.value,
                 "exit_code": process.exit_code,
+                "limit": process.running.limit_hit,
                 "duration_seconds": round(time.monotonic() - process.start_monotonic, 6),
             },
         )

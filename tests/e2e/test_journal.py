@@ -246,7 +246,8 @@ async def test_process_lifecycle_is_journaled_without_output_or_pids(tmp_path: P
     assert end["process_id"] == process_id
     assert end["reason"] == "terminated"
     # No PID field (nor any other): exactly these keys.
-    assert set(end) == {"process_id", "loop_id", "reason", "exit_code", "duration_seconds"}
+    assert set(end) == {"process_id", "loop_id", "reason", "exit_code", "limit", "duration_seconds"}
+    assert end["limit"] is None
     blob = b"".join(
         p.read_bytes() for p in (tmp_path / "state").iterdir() if p.name.startswith(JOURNAL_DB)
     )

@@ -77,6 +77,7 @@ class Session(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     SANDBOX_WARNING_FIELD_NUMBER: _builtins.int
+    SANDBOX_LIMITS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Opaque, unguessable identifier."""
     workspace: _builtins.str
@@ -87,6 +88,11 @@ class Session(_message.Message):
     """The sandbox commands run under in this session."""
     sandbox_warning: _builtins.str
     """Set when commands would run without a sandbox, saying why; empty otherwise."""
+    sandbox_limits: _builtins.str
+    """How each command's processes, memory, CPU time and file size are bounded:
+    "cgroup-v2", "cgroup-v1", "rlimit" (no bound on the number of processes when the
+    server runs as root) or "none".
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -103,10 +109,11 @@ class Session(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         sandbox_warning: _builtins.str = ...,
+        sandbox_limits: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "labels", b"labels", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "labels", b"labels", "sandbox_limits", b"sandbox_limits", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,262 @@
+"""Per-command limits on processes, memory, CPU time and file size (issue 13, DESIGN section 6).
+
+One command could start hundreds of processes or take all the memory: nothing bounded it.
+Every command (sandboxed or not, foreground or supervised) now starts through a short `bash`
+step that places itself in the command's own cgroup and sets its rlimits, then execs the
+real argv (bubblewrap), so the command and everything it forks are bounded from their first
+instruction; the server never runs `preexec_fn` (unsafe with threads).
+
+Mechanisms, chosen at start (`[command_limits] mechanism`, default `auto`):
+- `cgroup-v2`: a delegated unified hierarchy the server can write (`pids.max`, `memory.max`,
+  `memory.swap.max = 0`);
+- `cgroup-v1`: the `pids` and `memory` controllers mounted separately, as on these machines
+  (`pids.max`, `memory.limit_in_bytes`, `memory.memsw.limit_in_bytes` when swap accounting
+  is on). The kernel's OOM killer then kills inside the command's cgroup only;
+- `rlimit`: no writable cgroups. RLIMIT_AS bounds each process's memory; there is no bound on
+  the number of processes when the server runs as root (the kernel ignores RLIMIT_NPROC for
+  root), which health and GetSession make visible by naming the mechanism.
+CPU time (RLIMIT_CPU, per process: SIGXCPU, then SIGKILL) and file size (RLIMIT_FSIZE:
+SIGXFSZ / EFBIG) are rlimits under every mechanism: cgroups bound CPU rate, not time.
+
+A command's cgroups are `<controller>/callgate-<server pid>-<random>/cmd-<n>`, removed once its
+tree is gone (what hit a limit is read first); the server's own parent goes at shutdown, and
+parents left by a server that died are removed at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import secrets
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+BASH = "/bin/bash"
+_V1_CONTROLLERS = ("pids", "memory")
+# Exit statuses of a shell whose command died of SIGXCPU / SIGXFSZ (or bash itself did).
+_SIGNALLED = {128 + signal.SIGXCPU: "cpu_limit", 128 + signal.SIGXFSZ: "file_size_limit"}
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLimits:
+    pids: int = 512
+    memory_bytes: int = 2 << 30
+    cpu_seconds: int = 600
+    file_size_bytes: int = 1 << 30
+
+
+class Placement:
+    """One command's cgroups (none under `rlimit`): read after the command, then removed."""
+
+    def __init__(self, directories: Sequence[Path], version: int) -> None:
+        self.directories = tuple(directories)
+        self.version = version
+        self.hit: str | None = None
+        self._released = False
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.directories]
+
+    def _read(self, directory: Path, name: str) -> str:
+        try:
+            return (directory / name).read_text()
+        except OSError:
+            return ""
+
+    def _limit_hit(self) -> str | None:
+        for directory in self.directories:
+            if self.version == 2:
+                events = _counters(self._read(directory, "memory.events"))
+                if events.get("oom_kill", 0) or events.get("oom", 0):
+                    return "memory_limit"
+                if _counters(self._read(directory, "pids.events")).get("max", 0):
+                    return "pids_limit"
+            elif directory.parent.parent.name == "memory":
+                oom = _counters(self._read(directory, "memory.oom_control"))
+                if oom.get("oom_kill", 0) or oom.get("under_oom", 0):
+                    return "memory_limit"
+            elif directory.parent.parent.name == "pids" and _counters(
+                self._read(directory, "pids.events")
+            ).get("max", 0):
+                return "pids_limit"
+        return None
+
+    def release(self) -> bool:
+        """Record what hit a limit and remove the cgroups; False when a process is still in
+        one (it is killed, and the removal is left to `CommandLimiter.sweep`)."""
+        if self._released:
+            return True
+        if self.hit is None:
+            self.hit = self._limit_hit()
+        removed = True
+        for directory in self.directories:
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                _kill_members(directory)
+                removed = False
+        self._released = removed
+        return removed
+
+
+def exit_limit(exit_code: int | None) -> str | None:
+    """The limit an exit status says the command hit (CPU time, file size), if any."""
+    return _SIGNALLED.get(exit_code) if exit_code is not None else None
+
+
+class CommandLimiter:
+    """Chooses the mechanism at start and wraps each command's argv (see the docstring)."""
+
+    def __init__(self, limits: CommandLimits, mechanism: str = "auto") -> None:
+        self.limits = limits
+        self.mechanism = "none"
+        self._parents: list[Path] = []
+        self._version = 0
+        self._counter = itertools.count(1)
+        self._leftovers: list[Placement] = []
+        if mechanism == "none":
+            return
+        if mechanism in ("auto", "cgroup"):
+            self._setup_cgroups()
+        if self.mechanism == "none":
+            if mechanism == "cgroup":
+                raise RuntimeError("no writable cgroup hierarchy for command limits")
+            self.mechanism = "rlimit"
+
+    def _setup_cgroups(self) -> None:
+        # Unique per server object: tests run several servers in one process.
+        name = f"callgate-{os.getpid()}-{secrets.token_hex(4)}"
+        unified = CGROUP_ROOT / "cgroup.controllers"
+        try:
+            if unified.exists():
+                controllers = unified.read_text().split()
+                if {"pids", "memory"} <= set(controllers):
+                    _remove_stale([CGROUP_ROOT])
+                    parent = CGROUP_ROOT / name
+                    parent.mkdir(exist_ok=True)
+                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
+                    self._parents, self._version, self.mechanism = [parent], 2, "cgroup-v2"
+                return
+            roots = [CGROUP_ROOT / c for c in _V1_CONTROLLERS]
+            if all((r / "cgroup.procs").exists() for r in roots):
+                _remove_stale(roots)
+                parents = [r / name for r in roots]
+                for parent in parents:
+                    parent.mkdir(exist_ok=True)
+                self._parents, self._version, self.mechanism = parents, 1, "cgroup-v1"
+        except OSError as exc:
+            log.warning(
+                "cgroups are not writable here; commands get rlimits only",
+                extra={"detail": str(exc)},
+            )
+            self._parents = []
+
+    def place(self) -> Placement:
+        """Create the next command's cgroups (none under `rlimit`)."""
+        self.sweep()
+        if not self._parents:
+            return Placement((), 0)
+        name = f"cmd-{next(self._counter)}"
+        directories: list[Path] = []
+        try:
+            for parent in self._parents:
+                directory = parent / name
+                directory.mkdir()
+                directories.append(directory)
+                self._configure(directory)
+        except OSError:
+            Placement(directories, self._version).release()
+            raise
+        return Placement(directories, self._version)
+
+    def _configure(self, directory: Path) -> None:
+        limits = self.limits
+        if self._version == 2:
+            (directory / "pids.max").write_text(str(limits.pids))
+            (directory / "memory.max").write_text(str(limits.memory_bytes))
+            with contextlib.suppress(OSError):
+                (directory / "memory.swap.max").write_text("0")
+        elif directory.parent.parent.name == "pids":
+            (directory / "pids.max").write_text(str(limits.pids))
+        else:
+            (directory / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+            with contextlib.suppress(OSError):  # present only with swap accounting
+                (directory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_bytes))
+
+    def wrap(self, argv: Sequence[str], placement: Placement) -> list[str]:
+        """`argv` behind the bash step that joins the cgroups, sets the rlimits and execs."""
+        limits = self.limits
+        steps = [f"echo $$ > {path}" for path in placement.procs_files()]
+        if self.mechanism == "rlimit":
+            steps.append(f"ulimit -v {max(1, limits.memory_bytes // 1024)}")
+        # SIGXCPU at the soft limit (the result says cpu_limit), SIGKILL a second later.
+        steps.append(f"ulimit -S -t {limits.cpu_seconds}")
+        steps.append(f"ulimit -H -t {limits.cpu_seconds + 1}")
+        # In POSIX mode `ulimit -f` counts 512-byte blocks (and -v KiB).
+        steps.append(f"ulimit -f {max(1, limits.file_size_bytes // 512)}")
+        script = " && ".join(steps) + ' && exec "$@"'
+        # --posix: this shell must not run BASH_ENV (the sandbox's lifeline script is for the
+        # command's own bash, inside the sandbox).
+        return [BASH, "--posix", "-c", script, "callgate-limits", *argv]
+
+    def sweep(self) -> None:
+        """Remove the cgroups of commands whose last process has gone since."""
+        if self._leftovers:
+            self._leftovers = [p for p in self._leftovers if not p.release()]
+
+    def leftover(self, placement: Placement) -> None:
+        self._leftovers.append(placement)
+
+    def close(self) -> None:
+        """At shutdown: every command's cgroups, then the server's own parents."""
+        self.sweep()
+        for parent in self._parents:
+            for child in parent.glob("cmd-*"):
+                _kill_members(child)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+def _counters(text: str) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            values[key] = int(value)
+    return values
+
+
+def _kill_members(directory: Path) -> None:
+    try:
+        pids = (directory / "cgroup.procs").read_text().split()
+    except OSError:
+        return
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def _remove_stale(roots: Sequence[Path]) -> None:
+    """Parents (and their commands' cgroups) of callgate servers that are no longer running."""
+    for root in roots:
+        for parent in root.glob("callgate-*"):
+            pid = parent.name.split("-")[1] if parent.name.count("-") >= 1 else ""
+            if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
+                continue
+            for child in parent.glob("cmd-*"):
+                _kill_members(child)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            with contextlib.suppress(OSError):
+                parent.rmdir()
