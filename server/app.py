@@ -62,6 +62,7 @@ from callgate.server.tools.catalog import (
     task_tools,
 )
 from callgate.server.tools.command_spec import CommandSettings
+from callgate.server.tools.output_log import SpoolBudget
 from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings
@@ -186,10 +187,17 @@ def command_settings(config: ServerConfig, environ: Mapping[str, str]) -> Comman
     )
 
 
-def supervisor_settings(config: ServerConfig) -> SupervisorSettings:
-    """The `[processes]` table as the settings of every session's process supervisor."""
+def supervisor_settings(config: ServerConfig, state_dir: Path | None = None) -> SupervisorSettings:
+    """The `[processes]` table as the settings of every session's process supervisor; their
+    spools share one budget (and keep the journal's reserve on the state directory's disk)."""
     p = config.processes
+    budget = (
+        SpoolBudget(p.spool_budget_bytes, config.journal.reserve_bytes, state_dir)
+        if state_dir is not None
+        else None
+    )
     return SupervisorSettings(
+        spool_budget=budget,
         max_running_per_loop=p.max_running_per_loop,
         max_running_per_session=p.max_running_per_session,
         max_finished_kept=p.max_finished_kept,
@@ -327,7 +335,7 @@ class App:
         self.command_settings = command_settings(config, os.environ)
         # The audit journal; opened (and the previous run's open calls abandoned) at start.
         self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
-        self.processes = ProcessServices(supervisor_settings(config), self.journal)
+        self.processes = ProcessServices(supervisor_settings(config, self.state_dir), self.journal)
         background = SupervisedBash(self.processes, self.runner, self.command_settings)
         headless = config.approval_mode == "headless"
         self.board = ApprovalBoard()

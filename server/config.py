@@ -171,6 +171,9 @@ class ProcessesConfig(BaseModel):
     ring_bytes: Annotated[int, Field(ge=4096, le=256 << 20)] = 1 << 20
     # Append-only spool file of the first output, per process (0: no spool).
     spool_bytes: Annotated[int, Field(ge=0, le=16 << 30)] = 64 << 20
+    # All processes' spools together, server-wide; a start finding less than 1 MiB left
+    # fails (spool_budget) and a spool reaching it stops (reads report the gap).
+    spool_budget_bytes: Annotated[int, Field(ge=1 << 20, le=1 << 40)] = 512 << 20
     # How long one ProcessInput may wait for the process to take its input.
     input_timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 5.0
     # SIGTERM -> SIGKILL grace at a process's timeout, and when its session closes.
@@ -233,6 +236,9 @@ class JournalConfig(BaseModel):
     model_config = _STRICT
 
     synchronous: Literal["normal", "full"] = "normal"
+    # Free space kept on the state directory's filesystem for the journal: process output
+    # spools stop before the disk gets this full.
+    reserve_bytes: Annotated[int, Field(ge=0, le=1 << 40)] = 256 << 20
 
 
 class TlsConfig(BaseModel):

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio.to_thread
 
 log = logging.getLogger(__name__)
+
+# How long the state directory's free space, once read, is trusted (spool writes are frequent).
+FREE_SPACE_CHECK_SECONDS = 1.0
 
 # Spool reads up to this size are done inline: a thread hand-off costs more than the read.
 INLINE_SPOOL_READ_BYTES = 256 << 10
@@ -53,10 +58,53 @@ class OutputChunk:
         return self.start + len(self.data)
 
 
+class SpoolBudget:
+    """The bytes every process's spool may take together (`processes.spool_budget_bytes`),
+    and the free space the state directory's filesystem keeps for the journal
+    (`journal.reserve_bytes`): output never fills the disk the journal needs."""
+
+    def __init__(self, limit: int, reserve: int, directory: Path) -> None:
+        self.limit = limit
+        self.reserve = reserve
+        self.directory = directory
+        self.used = 0
+        self._free = 0
+        self._free_checked = -math.inf
+
+    def _disk_room(self) -> int:
+        now = time.monotonic()
+        if now - self._free_checked > FREE_SPACE_CHECK_SECONDS:
+            try:
+                stats = os.statvfs(self.directory)
+                self._free = stats.f_bavail * stats.f_frsize
+            except OSError:
+                self._free = 0
+            self._free_checked = now
+        return self._free - self.reserve
+
+    def available(self) -> int:
+        return max(0, min(self.limit - self.used, self._disk_room()))
+
+    def grant(self, size: int) -> int:
+        granted = max(0, min(size, self.available()))
+        self.used += granted
+        self._free -= granted
+        return granted
+
+    def give_back(self, size: int) -> None:
+        self.used = max(0, self.used - size)
+
+
 class OutputLog:
     """Ring + spool for one process. `append` is called by the process's reader task only."""
 
-    def __init__(self, ring_bytes: int, spool_path: Path | None, spool_bytes: int) -> None:
+    def __init__(
+        self,
+        ring_bytes: int,
+        spool_path: Path | None,
+        spool_bytes: int,
+        budget: SpoolBudget | None = None,
+    ) -> None:
         if ring_bytes < 1:
             raise ValueError("the ring must hold at least one byte")
         self._ring_cap = ring_bytes
@@ -71,6 +119,9 @@ class OutputLog:
         self._readers = 0
         self._closed = False
         self._sealed = False
+        self._budget = budget
+        # Why the spool stopped before its cap ("spool_budget"), if it did.
+        self.spool_stopped = ""
         if spool_path is not None and spool_bytes > 0:
             try:
                 self._fd = os.open(
@@ -119,6 +170,14 @@ class OutputLog:
         if room <= 0 or self._fd is None:
             return
         view = memoryview(data)[:room]
+        if self._budget is not None:
+            granted = self._budget.grant(len(view))
+            if granted < len(view):
+                # The server-wide budget (or the journal's reserve) is reached: the spool
+                # ends here; the ring goes on, and reads past it report the gap.
+                self.spool_stopped = "spool_budget"
+                self._spool_cap = self._spooled + granted
+                view = view[:granted]
         try:
             while view:
                 written = os.write(self._fd, view)
@@ -128,6 +187,8 @@ class OutputLog:
             # A full disk must not stop the process or its ring; the spool just ends here,
             # and reads past it report the gap.
             log.warning("process output spool stopped", extra={"detail": exc.strerror})
+            if self._budget is not None:
+                self._budget.give_back(len(view))
             self._spool_cap = self._spooled
 
     def _ring_append(self, data: bytes) -> None:
@@ -210,6 +271,8 @@ class OutputLog:
         if self._spool_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._spool_path)
+            if self._budget is not None:
+                self._budget.give_back(self._spooled)
         if self._readers == 0:
             self._close_fd()
 

@@ -118,6 +118,14 @@ def not_found(process_id: str) -> ToolResult:
 
 
 def process_limit(exc: ProcessLimitReached) -> ToolResult:
+    if exc.scope == "spool":
+        return error_result(
+            "spool_budget",
+            f"The output spools of background processes already fill the server's budget "
+            f"({exc.limit >> 20} MiB) or the disk's reserve for the journal; stop processes "
+            "or close a session, whose spools are then deleted, and retry.",
+            limit=exc.limit,
+        )
     return error_result(
         "process_limit",
         f"The {exc.scope} already runs {exc.limit} background processes; stop one first.",
@@ -136,6 +144,8 @@ def process_state(process: SupervisedProcess) -> dict[str, object]:
         # The sandbox limit it ran into (pids_limit, memory_limit, cpu_limit, file_size_limit).
         "limit": process.running.limit_hit if not process.is_running else None,
         "total_bytes": process.log.total,
+        # Set when the spool stopped early (the server-wide budget or the journal's reserve).
+        "spool_stopped": process.log.spool_stopped or None,
     }
 
 

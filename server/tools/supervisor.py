@@ -33,7 +33,7 @@ from callgate.server.core.journal import Journal, NullJournal
 from callgate.server.core.resources import ResourceKey, SessionResources
 from callgate.server.sandbox.runner import RunningCommand
 
-from .output_log import OutputLog
+from .output_log import OutputLog, SpoolBudget
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,12 @@ class SupervisorSettings:
     timeout_grace_seconds: float = 2.0
     # SIGTERM -> SIGKILL grace when the session closes or the server stops.
     close_grace_seconds: float = 2.0
+    # The server-wide budget every session's spools share (None: unbounded, tests only).
+    spool_budget: SpoolBudget | None = None
+
+
+# A background start needs at least this much of the spool budget left.
+MIN_SPOOL_START_BYTES = 1 << 20
 
 
 class ProcessLimitReached(Exception):
@@ -221,6 +227,13 @@ class ProcessSupervisor:
             raise ProcessLimitReached("loop", self.settings.max_running_per_loop)
         if self.running_count() >= self.settings.max_running_per_session:
             raise ProcessLimitReached("session", self.settings.max_running_per_session)
+        budget = self.settings.spool_budget
+        if (
+            budget is not None
+            and self.settings.spool_bytes > 0
+            and budget.available() < MIN_SPOOL_START_BYTES
+        ):
+            raise ProcessLimitReached("spool", budget.limit)
 
     # ------------------------------------------------------------------ starting
 
@@ -249,6 +262,7 @@ class ProcessSupervisor:
                     self.settings.ring_bytes,
                     self._spool_path(process_id),
                     self.settings.spool_bytes,
+                    self.settings.spool_budget,
                 )
                 process = SupervisedProcess(
                     process_id=process_id,
@@ -546,6 +560,13 @@ def session_supervisor(
 
 def limit_error(exc: ProcessLimitReached) -> ResourceExhausted:
     """The Prepare-time form of a process limit (the Invoke-time form is a tool error)."""
+    if exc.scope == "spool":
+        return ResourceExhausted(
+            "SPOOL_BUDGET",
+            "The output spools of background processes fill the server's budget or the "
+            "disk's reserve for the journal; stop processes or close a session, then retry.",
+            metadata={"limit": str(exc.limit)},
+        )
     return ResourceExhausted(
         "PROCESS_LIMIT",
         f"The {exc.scope} already runs {exc.limit} background processes; stop one first.",
