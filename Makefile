@@ -78,6 +78,7 @@ bench: install install-system
 	$(PY) bench/load.py
 	$(PY) bench/confinement.py
 	$(PY) bench/rules.py
+	$(PY) -m bench.abuse
 
 # The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
 image:

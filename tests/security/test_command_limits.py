@@ -32,9 +32,7 @@ async def limits_trailer(harness: Harness) -> str:
 
 
 async def bash(harness: Harness, session: str, command: str, limit: float = 20) -> Any:
-    response = await run(
-        harness.stub(), session, "Bash", {"command": command, "timeout": limit}
-    )
+    response = await run(harness.stub(), session, "Bash", {"command": command, "timeout": limit})
     return response.result
 
 
