@@ -29,9 +29,6 @@ log = logging.getLogger(__name__)
 # After SIGKILL a process ends as soon as the kernel gets to it; only a task stuck in an
 # uninterruptible sleep (a hung network filesystem) takes longer. Past this, give up waiting.
 KILL_CONFIRM_SECONDS = 30.0
-# Removing a finished command's cgroups (see LaunchedCommand._release_limits).
-RELEASE_TRIES = 50
-RELEASE_RETRY_SECONDS = 0.02
 
 
 def exit_status(returncode: int) -> int:
@@ -162,14 +159,11 @@ class LaunchedCommand:
                 await self._release_limits(*self._limits)
 
     async def _release_limits(self, limiter: CommandLimiter, placement: Placement) -> None:
-        """Remove the command's cgroups; the kernel may take a moment to empty a PID
-        namespace, so a few tries, then the limiter's sweep takes over."""
-        with anyio.CancelScope(shield=True):
-            for _ in range(RELEASE_TRIES):
-                if placement.release():
-                    return
-                await anyio.sleep(RELEASE_RETRY_SECONDS)
-        limiter.leftover(placement)
+        """Remove the command's cgroups. The kernel empties a PID namespace asynchronously, so
+        the removal may fail for a moment: then the limiter's sweep (at the next command, and
+        at shutdown) removes them; waiting here would cost every command ~20 ms."""
+        if not placement.release():
+            limiter.leftover(placement)
 
     async def _terminate_tree(self, grace: float) -> None:
         raise NotImplementedError
