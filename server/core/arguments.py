@@ -3,12 +3,23 @@
 Rejected with ARGUMENTS_INVALID and a field violation: malformed JSON, a top level that is not
 an object, duplicate keys, NaN/Infinity, NUL bytes, lone surrogates (not valid UTF-8),
 nesting deeper than 32, documents over the size cap, unknown fields and wrong types.
+
+Arguments as models send them: where a field takes an integer, a number or a boolean and
+not a string, the unambiguous string forms are taken for it before the strict check (as
+FastMCP's lax validation does, and as MCP Inspector's CLI sends every `--tool-arg`): a
+decimal integer such as "2" or "-3" (no sign "+", spaces, underscores, leading zeros or
+exponent), a decimal number such as "1.5" for a number, and exactly "true" or "false" for a
+boolean. Anything else stays a wrong type. The frozen artifact holds the converted value,
+so the approver sees, and the digest covers, what will run.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+import re
+import types
+import typing
+from typing import Annotated, Final, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
 
@@ -117,10 +128,61 @@ def _check_values(root: dict[str, object]) -> None:
             _check_text(value, path)
 
 
+_INTEGER: Final = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,17})?")
+
+
+def _members(annotation: object) -> list[object]:
+    """The types a field annotation admits: Annotated, Optional and unions unwrapped."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [member for arg in typing.get_args(annotation) for member in _members(arg)]
+    return [annotation]
+
+
+def _coerced(annotation: object, value: object) -> object:
+    """`value` in the form the strict check takes, where a string form is unambiguous."""
+    members = _members(annotation)
+    if isinstance(value, str):
+        if str in members:
+            return value
+        if bool in members and value in ("true", "false"):
+            return value == "true"
+        if int in members and _INTEGER.fullmatch(value):
+            return int(value)
+        if float in members and _NUMBER.fullmatch(value):
+            return float(value)
+        return value
+    if isinstance(value, dict):
+        for member in members:
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                return _coerce_fields(member, value)
+        return value
+    if isinstance(value, list):
+        for member in members:
+            if typing.get_origin(member) in (list, tuple):
+                args = typing.get_args(member)
+                if len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis):
+                    return [_coerced(args[0], item) for item in value]
+        return value
+    return value
+
+
+def _coerce_fields(model: type[BaseModel], raw: dict[str, object]) -> dict[str, object]:
+    coerced = dict(raw)
+    for name, info in model.model_fields.items():
+        if name in coerced:
+            coerced[name] = _coerced(info.annotation, coerced[name])
+    return coerced
+
+
 def validate_arguments(model: type[ModelT], raw: dict[str, object]) -> ModelT:
-    """Validate decoded arguments against a strict, extra-forbidding pydantic model."""
+    """Validate decoded arguments against a strict, extra-forbidding pydantic model, after
+    the unambiguous string forms of integers, numbers and booleans are taken (above)."""
     try:
-        return model.model_validate(raw, strict=True)
+        return model.model_validate(_coerce_fields(model, raw), strict=True)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         # The same path notation as the decoder's: `items[0].name`, not `items.0.name`.

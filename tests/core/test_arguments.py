@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import pytest
 from hypothesis import given, settings
@@ -161,7 +162,15 @@ def test_the_size_cap_counts_utf8_bytes_not_characters() -> None:
         pytest.param({}, "arguments.path", id="missing-field"),
         pytest.param({"path": "x", "extra": 1}, "arguments.extra", id="unknown-field"),
         pytest.param({"path": 5}, "arguments.path", id="number-for-string"),
-        pytest.param({"path": "x", "count": "5"}, "arguments.count", id="string-for-int"),
+        pytest.param({"path": "x", "count": "05"}, "arguments.count", id="leading-zero-int"),
+        pytest.param({"path": "x", "count": "5.0"}, "arguments.count", id="decimal-for-int"),
+        pytest.param({"path": "x", "count": " 5"}, "arguments.count", id="spaced-int"),
+        pytest.param({"path": "x", "count": "+5"}, "arguments.count", id="plus-int"),
+        pytest.param({"path": "x", "count": "1e3"}, "arguments.count", id="exponent-int"),
+        pytest.param({"path": "x", "count": "5_000"}, "arguments.count", id="underscore-int"),
+        pytest.param({"path": "x", "flag": "yes"}, "arguments.flag", id="yes-for-bool"),
+        pytest.param({"path": "x", "flag": "1"}, "arguments.flag", id="one-for-bool"),
+        pytest.param({"path": "x", "flag": "True"}, "arguments.flag", id="capital-true"),
         pytest.param({"path": "x", "count": True}, "arguments.count", id="bool-for-int"),
         pytest.param({"path": "x", "count": 1.5}, "arguments.count", id="float-for-int"),
         pytest.param({"path": "x", "flag": 1}, "arguments.flag", id="int-for-bool"),
@@ -181,11 +190,44 @@ def test_the_size_cap_counts_utf8_bytes_not_characters() -> None:
 def test_strict_validation_rejects_unknown_fields_and_wrong_types(
     raw: dict[str, object], field: str
 ) -> None:
-    """Validation never coerces ("5", true, 1.5 are not ints) and names the offending field."""
+    """Validation takes no ambiguous form (true, 1.5, "05", "5.0" are not ints; "yes" and
+    "1" are not booleans) and names the offending field."""
     with pytest.raises(InvalidArgument) as caught:
         validate_arguments(Sample, raw)
     assert caught.value.reason == "ARGUMENTS_INVALID"
     assert field_of(caught.value) == field
+
+
+class Numbers(Arguments):
+    limit: Annotated[int, Field(ge=1)] | None = None
+    ratio: float = 1.0
+    label: str | int = ""
+    nested: list[Sample] = Field(default_factory=list)
+
+
+def test_unambiguous_string_forms_are_taken_as_models_send_them() -> None:
+    """MCP Inspector's CLI and models send `end_line=2` as "2": decimal integers, decimal
+    numbers and exactly "true"/"false" become the typed value (also in nested objects), and
+    the model holds the converted value; a field that also takes strings keeps the string."""
+    parsed = validate_arguments(
+        Sample, {"path": "x", "count": "-12", "flag": "true", "items": [{"name": "2"}]}
+    )
+    assert parsed == Sample(path="x", count=-12, flag=True, items=[Item(name="2")])
+    assert validate_arguments(Sample, {"path": "x", "flag": "false"}).flag is False
+    numbers = validate_arguments(
+        Numbers,
+        {"limit": "2", "ratio": "0.25", "label": "7", "nested": [{"path": "p", "count": "3"}]},
+    )
+    assert numbers.limit == 2
+    assert numbers.ratio == 0.25
+    assert numbers.label == "7"
+    assert numbers.nested[0].count == 3
+    with pytest.raises(InvalidArgument) as caught:
+        validate_arguments(Numbers, {"limit": "0"})
+    assert field_of(caught.value) == "arguments.limit"  # converted, then the bound applies
+    with pytest.raises(InvalidArgument) as caught:
+        validate_arguments(Sample, {"path": 5, "count": "2"})
+    assert field_of(caught.value) == "arguments.path"  # never a number for a string
 
 
 def test_parse_arguments_decodes_and_validates_in_one_step() -> None:

@@ -248,7 +248,7 @@ async def test_client_deadline_cancels_the_call_and_kills_the_tree(tmp_path: Pat
         ('{"command": 1}', "arguments.command"),
         ('{"command": "true", "timeout": 0}', "arguments.timeout"),
         ('{"command": "true", "timeout": 601}', "arguments.timeout"),
-        ('{"command": "true", "timeout": "30"}', "arguments.timeout"),
+        ('{"command": "true", "timeout": "30s"}', "arguments.timeout"),
         ('{"command": "echo \\u0000"}', "arguments.command"),
         (json.dumps({"command": "x" * (64 * 1024 + 1)}), "arguments.command"),
         ('{"command": "true", "workdir": "../.."}', "arguments.workdir"),

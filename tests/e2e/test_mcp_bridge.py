@@ -128,6 +128,21 @@ async def test_stdio_allowed_read_returns_the_file_as_text(
     assert "     1\thello through mcp" in _text(result)
 
 
+async def test_stdio_numbers_sent_as_strings_are_taken(harness: Harness, tmp_path: Path) -> None:
+    """MCP Inspector's CLI (`--tool-arg end_line=2`) and models send numbers as strings: an
+    unambiguous one is taken for the integer, and the call reads exactly those lines."""
+    (harness.workspace / "lines.txt").write_text("one\ntwo\nthree\n")
+    async with _stdio_session(harness, tmp_path) as session:
+        result = await _call(
+            session, "ReadFile", {"path": "lines.txt", "start_line": "2", "end_line": "2"}
+        )
+        refused = await _call(session, "ReadFile", {"path": "lines.txt", "end_line": "two"})
+    assert not result.is_error
+    assert _text(result) == "     2\ttwo"
+    assert refused.is_error
+    assert "end_line" in _text(refused)
+
+
 async def test_stdio_denied_read_is_an_error_result_with_the_reason(
     harness: Harness, tmp_path: Path
 ) -> None:

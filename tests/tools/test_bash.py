@@ -139,7 +139,7 @@ async def execute(bash: Bash, raw: dict[str, object], ctx: ToolContext) -> ToolR
         ({"command": "true", "timeout": 0}, "arguments.timeout"),
         ({"command": "true", "timeout": 0.5}, "arguments.timeout"),
         ({"command": "true", "timeout": 601}, "arguments.timeout"),
-        ({"command": "true", "timeout": "30"}, "arguments.timeout"),
+        ({"command": "true", "timeout": "30s"}, "arguments.timeout"),
         ({"command": "true", "timeout": True}, "arguments.timeout"),
         ({"command": "true", "background": "yes"}, "arguments.background"),
         ({"command": "true", "background": True}, "arguments.background"),

@@ -244,7 +244,7 @@ def test_read_file_requires_reading_the_exact_canonical_path(
         ({"path": "a.txt", "start_line": 0}, "arguments.start_line"),
         ({"path": "a.txt", "end_line": -1}, "arguments.end_line"),
         ({"path": "a.txt", "start_line": 5, "end_line": 4}, "arguments.end_line"),
-        ({"path": "a.txt", "start_line": "1"}, "arguments.start_line"),
+        ({"path": "a.txt", "start_line": "one"}, "arguments.start_line"),
         ({"path": "a.txt", "start_line": True}, "arguments.start_line"),
         ({"path": "a.txt", "limit": 3}, "arguments.limit"),
         ({}, "arguments.path"),
