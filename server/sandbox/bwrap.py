@@ -88,7 +88,7 @@ BASH = "/bin/bash"
 LIFELINE_SCRIPT = """unset BASH_ENV
 (exec </dev/null >/dev/null 2>&1 {script}<&-
  read -r _ <&{lifeline}
- [ "$$" = 2 ] && kill -KILL -1) & disown
+ [ "$$" = 2 ] && kill -KILL -1) & disown 2>/dev/null
 exec {lifeline}<&- {script}<&-
 """
 
