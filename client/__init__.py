@@ -56,6 +56,7 @@ from callgate.client.models import (
     InvokeResult,
     PendingApproval,
     PendingQuestion,
+    Preview,
     Requirement,
     Resolved,
     Rule,
@@ -76,7 +77,12 @@ from callgate.client.providers import (
     run_openai_tool_call,
     run_tool_call,
 )
-from callgate.client.session import MAX_APPROVE_WAIT, ClientSession, encode_arguments
+from callgate.client.session import (
+    MAX_APPROVE_WAIT,
+    ClientSession,
+    encode_arguments,
+    new_batch_id,
+)
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -112,6 +118,7 @@ __all__ = [
     "PendingApproval",
     "PendingQuestion",
     "PermissionDeniedError",
+    "Preview",
     "ProtocolError",
     "RequestIdConflictError",
     "Requirement",
@@ -135,6 +142,7 @@ __all__ = [
     "default_state_dir",
     "default_token",
     "encode_arguments",
+    "new_batch_id",
     "openai_tools",
     "run_anthropic_tool_use",
     "run_openai_tool_call",

@@ -11,7 +11,7 @@ async with CallgateClient(target, token=approver_token) as client:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,29 @@ class Approvals:
         if not response.HasField("call"):
             raise ProtocolError(f"The server answered Decide of {execution_id} without the call.")
         return call_from_proto(response.call)
+
+    async def decide_batch(
+        self, calls: Sequence[tuple[str, str]], kind: DecisionKind, note: str = ""
+    ) -> list[ToolCall]:
+        """Decides several calls AWAITING_APPROVAL in one action, each `(execution_id,
+        digest)` bound to the digest shown: all of them or none. If one fails its checks (a
+        stale digest: DIGEST_MISMATCH; decided meanwhile: CALL_STATE_INVALID), nothing is
+        decided and the error names it. Returns the calls as decided, in order."""
+        decision = DECISION_KINDS[DecisionKind(kind)]
+        response = await self._transport.unary(
+            self._stub.DecideBatch,
+            approval_service_pb2.DecideBatchRequest(
+                requests=[
+                    approval_service_pb2.DecideRequest(
+                        execution_id=execution_id, digest=digest, kind=decision, note=note
+                    )
+                    for execution_id, digest in calls
+                ]
+            ),
+        )
+        if len(response.calls) != len(calls):
+            raise ProtocolError("The server answered DecideBatch without every call.")
+        return [call_from_proto(call) for call in response.calls]
 
     async def answer(self, execution_id: str, answer: str) -> None:
         """Answers a pending AskUser question (with choices: one of them, or "other")."""

@@ -68,6 +68,16 @@ def _item_id(item: _Pending) -> str:
     return item.execution_id
 
 
+def wants_colour(out: TextIO) -> bool:
+    """True when `out` is a terminal and the NO_COLOR convention does not forbid colour."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 async def read_lines(fd: int = 0) -> AsyncGenerator[str, None]:
     """Lines from a file descriptor (stdin by default) without blocking the event loop: a
     terminal or pipe is waited on until readable; a regular file never blocks, so it is read
@@ -105,10 +115,13 @@ class ApproverConsole:
         *,
         once: bool = False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        colour: bool | None = None,
     ) -> None:
         self._approvals = approvals
         self._out = out
         self._once = once
+        # None: colour a diff when `out` is a terminal and NO_COLOR is not set (no-color.org).
+        self._colour = wants_colour(out) if colour is None else colour
         self._clock = clock
         self._queue: deque[_Pending] = deque()
         self._seen: set[str] = set()
@@ -195,7 +208,7 @@ class ApproverConsole:
         now = self._clock()
         if isinstance(self._current, PendingApproval):
             self._stage = "choose"
-            self._write(render_approval(self._current, now=now) + "\n")
+            self._write(render_approval(self._current, now=now, colour=self._colour) + "\n")
         else:
             self._stage = "answer"
             self._write(render_question(self._current, now=now) + "\n")

@@ -19,6 +19,7 @@ from callgate.client.models import (
     DenialKind,
     PendingApproval,
     PendingQuestion,
+    Preview,
     Requirement,
     Resolved,
     Rule,
@@ -195,6 +196,16 @@ def call_from_proto(message: tool_call_pb2.ToolCall) -> ToolCall:
         ),
         expire_time=(
             timestamp_from_proto(message.expire_time) if message.HasField("expire_time") else None
+        ),
+        batch_id=message.batch_id,
+        preview=(
+            Preview(
+                kind=message.preview.kind,
+                text=message.preview.text,
+                omitted_bytes=message.preview.omitted_bytes,
+            )
+            if message.HasField("preview")
+            else None
         ),
     )
 

@@ -20,6 +20,7 @@ from typing import Final
 from callgate.client.models import (
     PendingApproval,
     PendingQuestion,
+    Preview,
     Requirement,
     Rule,
     RuleCandidate,
@@ -163,15 +164,46 @@ def _candidates(out: _Lines, candidates: Sequence[RuleCandidate], once_only: boo
         out.add(line)
 
 
-def render_approval(item: PendingApproval, *, now: datetime | None = None) -> str:
+_DIFF_COLOURS: Final = (("+++", "1"), ("---", "1"), ("@@", "36"), ("+", "32"), ("-", "31"))
+
+
+def _preview(out: _Lines, preview: Preview, colour: bool) -> None:
+    """The call's preview, one gutter line per line, escaped again (the server escaped it;
+    this terminal does not take that on trust); diff lines coloured when `colour`."""
+    lines = preview.text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out.add(f"  what it would do ({out.safe(preview.kind)}, {len(lines)} lines):")
+    for line in lines:
+        shown = out.safe(line.expandtabs(4))
+        code = next(
+            (
+                c
+                for prefix, c in _DIFF_COLOURS
+                if preview.kind == "diff" and line.startswith(prefix)
+            ),
+            None,
+        )
+        if colour and code is not None:
+            shown = f"\x1b[{code}m{shown}\x1b[0m"
+        out.add(f"    │ {shown}")
+    if preview.omitted_bytes:
+        out.add(f"    │ ({preview.omitted_bytes} bytes not shown)")
+
+
+def render_approval(
+    item: PendingApproval, *, now: datetime | None = None, colour: bool = False
+) -> str:
     """Everything about a pending call, in full, for a human to decide it; `now` adds the
-    time left before the deadline."""
+    time left before the deadline; `colour` colours a diff preview (ANSI)."""
     call = item.call
     out = _Lines()
     out.add(_RULE)
     out.add(f"APPROVAL  {out.safe(call.tool_name)}")
     out.field("call", call.execution_id)
     out.field("session", call.session_id)
+    if call.batch_id:
+        out.field("batch", call.batch_id)
     out.field("summary", call.summary)
     out.field("requested by", item.requested_by)
     out.field("workspace", item.workspace)
@@ -183,6 +215,8 @@ def render_approval(item: PendingApproval, *, now: datetime | None = None) -> st
         out.block("command, exactly as it would run", item.command)
     if item.working_directory:
         out.field("working dir", item.working_directory)
+    if call.preview is not None:
+        _preview(out, call.preview, colour)
     out.field("digest", call.digest)
     _candidates(out, item.candidates, approve_once_only(item))
     out.field("deadline", _deadline(item.deadline, now))

@@ -148,6 +148,16 @@ with warnings.catch_warnings():
             return value
 
 
+class Preview(_Frozen):
+    """What a call would do, as its approver is shown it (ToolCall.preview): bounded and
+    escaped by the server, covered by the digest. `kind` is "diff", "content", "command",
+    "request" or "skill"; `text` is lines each ending in a newline."""
+
+    kind: str
+    text: str
+    omitted_bytes: int
+
+
 class ToolCall(_Frozen):
     """One use of a tool, identified by the execution ID minted at Prepare."""
 
@@ -165,6 +175,10 @@ class ToolCall(_Frozen):
     create_time: datetime | None
     update_time: datetime | None
     expire_time: datetime | None
+    # The batch (one model turn) the call was prepared in; empty when it stands alone.
+    batch_id: str = ""
+    # Set while the call is prepared, awaiting approval or approved; None once it ended.
+    preview: Preview | None = None
 
 
 class InvokeResult(_Frozen):

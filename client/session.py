@@ -42,6 +42,11 @@ _CLEANUP_TIMEOUT: Final = 5.0
 """How long best-effort clean-up RPCs (closing, cancelling) may take while unwinding."""
 
 
+def new_batch_id() -> str:
+    """A fresh batch ID: pass it to `prepare` or `run` for every call of one model turn."""
+    return "turn-" + uuid.uuid4().hex
+
+
 def encode_arguments(args: Mapping[str, object] | str) -> str:
     """The `arguments_json` for `args`: a string passes through, a mapping becomes compact JSON."""
     if isinstance(args, str):
@@ -128,8 +133,13 @@ class ClientSession:
         loop_id: str = "",
         request_id: str | None = None,
         evaluate: bool = False,
+        batch_id: str = "",
     ) -> ToolCall:
-        """Validates and freezes a call (no effect); with `evaluate` the gate decides it too."""
+        """Validates and freezes a call (no effect); with `evaluate` the gate decides it too.
+
+        `batch_id` marks the calls one model turn prepares (any 1-64 characters of
+        [A-Za-z0-9._:-], e.g. `new_batch_id()`), so that an approver can decide them together.
+        """
         response = await self._transport.operation(
             PREPARE,
             self._stub.Prepare,
@@ -140,6 +150,7 @@ class ClientSession:
                 arguments_json=encode_arguments(args),
                 request_id=request_id or "",
                 evaluate=evaluate,
+                batch_id=batch_id,
             ),
         )
         return call_from_proto(response.call)
@@ -251,6 +262,7 @@ class ClientSession:
         *,
         wait: float | None = None,
         loop_id: str = "",
+        batch_id: str = "",
     ) -> ToolResult:
         """Prepares, approves and invokes a call, and returns its result.
 
@@ -259,12 +271,18 @@ class ClientSession:
         bounds); after that the call is cancelled and `ApprovalTimeoutError` raised. A denied
         call raises `CallDeniedError`. A tool that ran and failed is a result with
         `is_error`, not an exception. Prepare and Invoke carry fresh request IDs, so the
-        channel's retries never repeat an effect.
+        channel's retries never repeat an effect. Calls run concurrently for one model turn
+        with the same `batch_id` (`new_batch_id()`) can be approved in one action.
         """
         if wait is not None and wait < 0:
             raise ValueError("wait must be zero or more seconds")
         call = await self.prepare(
-            tool, args, loop_id=loop_id, request_id=str(uuid.uuid4()), evaluate=True
+            tool,
+            args,
+            loop_id=loop_id,
+            request_id=str(uuid.uuid4()),
+            evaluate=True,
+            batch_id=batch_id,
         )
         call = await self._until_decided(call, wait)
         if call.state is State.DENIED:

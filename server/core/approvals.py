@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 MAX_NOTE_CHARS = 4096
 MAX_ANSWER_CHARS = 16_384
+MAX_BATCH_DECISIONS = 100
 
 
 class ApproverDecision(enum.StrEnum):
@@ -77,14 +78,61 @@ class Approvals:
         note: str,
     ) -> CallSnapshot:
         principal.require(Role.APPROVER)
+        record, decision = self._checked(principal, execution_id, digest, kind, note)
+        return (await self._apply(principal, [(record, decision, note)]))[0]
+
+    async def decide_batch(
+        self,
+        principal: Principal,
+        requests: Sequence[tuple[str, str, ApproverDecision | None, str]],
+    ) -> list[CallSnapshot]:
+        """Decide every (execution_id, digest, kind, note) or none: each is checked as Decide
+        checks it, all before any is applied, and the error names the request that failed."""
+        principal.require(Role.APPROVER)
+        if not requests:
+            raise request_invalid("requests", "a batch needs at least one decision")
+        if len(requests) > MAX_BATCH_DECISIONS:
+            raise request_invalid(
+                "requests", f"a batch holds at most {MAX_BATCH_DECISIONS} decisions"
+            )
+        checked: list[tuple[CallRecord, ApproverDecision, str]] = []
+        seen: set[str] = set()
+        for index, (execution_id, digest, kind, note) in enumerate(requests):
+            where = f"requests[{index}]."
+            if execution_id in seen:
+                raise request_invalid(where + "execution_id", "the call is named twice")
+            seen.add(execution_id)
+            try:
+                record, decision = self._checked(principal, execution_id, digest, kind, note, where)
+            except CallgateError as exc:
+                exc.metadata.setdefault("execution_id", execution_id)
+                exc.metadata.setdefault("index", str(index))
+                exc.message = f"{where[:-1]} ({execution_id}): {exc.message}"
+                raise
+            checked.append((record, decision, note))
+        return await self._apply(principal, checked)
+
+    def _checked(
+        self,
+        principal: Principal,
+        execution_id: str,
+        digest: str,
+        kind: ApproverDecision | None,
+        note: str,
+        where: str = "",
+    ) -> tuple[CallRecord, ApproverDecision]:
+        """Every check of one decision, with no await: the call, its state, the digest, and
+        whether a rule may come of it."""
         if not execution_id:
-            raise request_invalid("execution_id", "the execution_id is required")
+            raise request_invalid(where + "execution_id", "the execution_id is required")
         if not digest:
-            raise request_invalid("digest", "the digest the approver was shown is required")
+            raise request_invalid(where + "digest", "the digest the approver was shown is required")
         if kind is None:
-            raise request_invalid("kind", "the decision kind is required")
+            raise request_invalid(where + "kind", "the decision kind is required")
         if len(note) > MAX_NOTE_CHARS:
-            raise request_invalid("note", f"the note may hold at most {MAX_NOTE_CHARS} characters")
+            raise request_invalid(
+                where + "note", f"the note may hold at most {MAX_NOTE_CHARS} characters"
+            )
         _, record = self.lifecycle.find_call(principal, execution_id)
         _check_decidable(record)
         if digest != record.digest:
@@ -92,11 +140,9 @@ class Approvals:
                 "DIGEST_MISMATCH",
                 "The digest is not the call's digest; decide on the call as it is shown now.",
             )
-        if kind is ApproverDecision.DENY:
-            return self.lifecycle.decide_by_human(record, principal.name, False, note)
-        if kind is ApproverDecision.APPROVE_ONCE:
-            return self.lifecycle.decide_by_human(record, principal.name, True, note)
-        if any(self.lifecycle.gate.needs_human(r) for r in record.requirements):
+        if kind in (ApproverDecision.APPROVE_FOR_SESSION, ApproverDecision.APPROVE_ALWAYS) and any(
+            self.lifecycle.gate.needs_human(r) for r in record.requirements
+        ):
             # Refused rather than quietly approved once: the approver asked for a rule, and
             # must learn that none may ever cover this call before approving it.
             raise FailedPrecondition(
@@ -105,34 +151,69 @@ class Approvals:
                 "approve each time; decide it with APPROVE_ONCE or DENY.",
                 metadata={"execution_id": execution_id},
             )
-        pending = self.lifecycle.board.pending_approval(execution_id)
+        return record, kind
+
+    def _rules(
+        self, principal: Principal, record: CallRecord, kind: ApproverDecision
+    ) -> list[Rule]:
+        """The allow rules a session or always decision saves: the call's candidates."""
+        if kind not in (ApproverDecision.APPROVE_FOR_SESSION, ApproverDecision.APPROVE_ALWAYS):
+            return []
+        pending = self.lifecycle.board.pending_approval(record.execution_id)
         candidates = pending.candidates if pending is not None else ()
         if kind is ApproverDecision.APPROVE_FOR_SESSION:
             scope = f"session:{record.session_id}"
         else:
             scope = f"workspace:{self.lifecycle.call_workspace(record)}"
         now = self.lifecycle.clock.now()
-        rules = [
+        return [
             Rule(_new_rule_id(), Effect.ALLOW, c.kind, c.match, scope, principal.name, now)
             for c in candidates
         ]
-        if kind is ApproverDecision.APPROVE_ALWAYS and rules:
-            record.deciding = True
+
+    async def _apply(
+        self,
+        principal: Principal,
+        checked: Sequence[tuple[CallRecord, ApproverDecision, str]],
+    ) -> list[CallSnapshot]:
+        """Apply checked decisions. Workspace rules are made durable first, with the calls
+        claimed meanwhile; then every call is re-checked and all are decided with no await
+        in between, so a batch is decided whole or not at all."""
+        rules = [self._rules(principal, record, kind) for record, kind, _ in checked]
+        durable = [
+            rule
+            for (_, kind, _), saved in zip(checked, rules, strict=True)
+            if kind is ApproverDecision.APPROVE_ALWAYS
+            for rule in saved
+        ]
+        if durable:
+            for record, _, _ in checked:
+                record.deciding = True
             try:
-                await self._persist(rules)
+                await self._persist(durable)
             finally:
-                record.deciding = False
-        for rule in rules:
-            self.rules.add(rule)
-            self._journal_rule("rule.created", rule, principal)
+                for record, _, _ in checked:
+                    record.deciding = False
+        for saved in rules:
+            for rule in saved:
+                self.rules.add(rule)
+                self._journal_rule("rule.created", rule, principal)
         # A cancel may have come while the rules were written; they stay (they were decided).
-        _check_decidable(record)
-        snapshot = self.lifecycle.decide_by_human(
-            record, principal.name, True, note, tuple(r.rule_id for r in rules)
-        )
-        if rules:
+        for record, _, _ in checked:
+            _check_decidable(record)
+        snapshots = [
+            self.lifecycle.decide_by_human(
+                record,
+                principal.name,
+                kind is not ApproverDecision.DENY,
+                note,
+                tuple(r.rule_id for r in saved),
+            )
+            for (record, kind, note), saved in zip(checked, rules, strict=True)
+        ]
+        if any(rules):
             self.lifecycle.reevaluate_pending()
-        return snapshot
+        return snapshots
 
     async def _persist(self, rules: Sequence[Rule]) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 
 from .calls import CallRecord
@@ -19,9 +20,21 @@ def check_request_id(request_id: str) -> None:
         raise request_invalid("request_id", "the request_id must be a UUID") from None
 
 
-def request_fingerprint(loop_id: str, tool_name: str, arguments_json: str, evaluate: bool) -> str:
+_BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def check_batch_id(batch_id: str) -> None:
+    if batch_id and _BATCH_ID.fullmatch(batch_id) is None:
+        raise request_invalid(
+            "batch_id", "the batch_id must be 1-64 characters of letters, digits and ._:-"
+        )
+
+
+def request_fingerprint(
+    loop_id: str, tool_name: str, arguments_json: str, evaluate: bool, batch_id: str = ""
+) -> str:
     h = hashlib.sha256()
-    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0"):
+    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0", batch_id):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()

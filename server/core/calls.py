@@ -14,13 +14,15 @@ from datetime import datetime
 
 import anyio
 
-from .models import Decision, Denial, Requirement, RuleCandidate, State, ToolResult
+from .models import Decision, Denial, Preview, Requirement, RuleCandidate, State, ToolResult
 from .tool import Artifact, Prepared
 
 
-def compute_digest(tool_name: str, prepared: Prepared) -> str:
-    """SHA-256 over the canonical encoding of the frozen artifact and its request."""
-    document = {
+def compute_digest(tool_name: str, prepared: Prepared, batch_id: str = "") -> str:
+    """SHA-256 over the canonical encoding of the frozen artifact, its request and what the
+    approver is shown of it (the preview, the batch)."""
+    preview = prepared.preview
+    document: dict[str, object] = {
         "tool": tool_name,
         "summary": prepared.summary,
         "requirements": [
@@ -28,6 +30,11 @@ def compute_digest(tool_name: str, prepared: Prepared) -> str:
         ],
         "artifact": prepared.artifact.model_dump(mode="json"),
     }
+    # Added only when present, so that digests of calls without them are unchanged.
+    if preview is not None:
+        document["preview"] = [preview.kind, preview.text, preview.omitted_bytes]
+    if batch_id:
+        document["batch_id"] = batch_id
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -50,6 +57,8 @@ class CallSnapshot:
     create_time: datetime
     update_time: datetime
     expire_time: datetime | None
+    batch_id: str = ""
+    preview: Preview | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -95,6 +104,10 @@ class CallRecord:
     on_change: Callable[[CallRecord, State], None] | None = None
     # Monotonic time the call started RUNNING (the journaled duration).
     run_started: float | None = None
+    # The batch (one model turn) the call was prepared in, and what the approver is shown;
+    # the preview goes once the call ends (core/retention.py).
+    batch_id: str = ""
+    preview: Preview | None = None
     # Created only when someone watches the call, so the hot path pays nothing otherwise.
     _changed: anyio.Event | None = None
 
@@ -114,6 +127,8 @@ class CallRecord:
             create_time=self.create_time,
             update_time=self.update_time,
             expire_time=self.expire_time if self.state in _EXPIRING else None,
+            batch_id=self.batch_id,
+            preview=self.preview,
         )
 
     def changed(self) -> anyio.Event:

@@ -22,6 +22,7 @@ from .arguments import decode_arguments
 from .board import ApprovalBoard
 from .call_checks import (
     call_error,
+    check_batch_id,
     check_request_id,
     outside_allowed_roots,
     request_fingerprint,
@@ -226,15 +227,19 @@ class Lifecycle:
         arguments_json: str,
         request_id: str,
         evaluate: bool,
+        batch_id: str = "",
     ) -> CallSnapshot:
         self._check_accepting()
         started = time.perf_counter()
         session = self._session(principal, session_id)
         loop = self._loop(session, loop_id)
         check_request_id(request_id)
+        check_batch_id(batch_id)
         fingerprint = ""
         if request_id:
-            fingerprint = request_fingerprint(loop.loop_id, tool_name, arguments_json, evaluate)
+            fingerprint = request_fingerprint(
+                loop.loop_id, tool_name, arguments_json, evaluate, batch_id
+            )
             seen = session.prepare_requests.get(request_id)
             if seen is not None:
                 if seen[0] != fingerprint:
@@ -268,7 +273,9 @@ class Lifecycle:
             requirements=prepared.requirements,
             candidates=prepared.candidates,
             artifact=prepared.artifact,
-            digest=compute_digest(tool.name, prepared),
+            digest=compute_digest(tool.name, prepared, batch_id),
+            batch_id=batch_id,
+            preview=prepared.preview,
             command=prepared.command,
             working_directory=prepared.working_directory,
             create_time=now,
@@ -291,6 +298,7 @@ class Lifecycle:
                     for r in record.requirements
                 ],
                 "digest": record.digest,
+                **({"batch_id": batch_id} if batch_id else {}),
             },
         )
         if request_id:

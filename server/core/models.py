@@ -105,6 +105,16 @@ class Denial:
 
 
 @dataclass(frozen=True, slots=True)
+class Preview:
+    """What a call would do, as the approver sees it (core/preview.py): bounded, escaped and
+    covered by the digest."""
+
+    kind: str
+    text: str
+    omitted_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a tool produced. A tool-level failure is a result with is_error, not an exception."""
 

@@ -45,6 +45,7 @@ def open_bytes(arguments_json: str, prepared: Prepared) -> int:
         + len(prepared.command)
         + sum(len(r.description) + len(r.match) for r in prepared.requirements)
         + sum(len(c.description) + len(c.match) for c in prepared.candidates)
+        + (len(prepared.preview.text) if prepared.preview is not None else 0)
     )
 
 
@@ -92,6 +93,7 @@ def release(record: CallRecord, max_result_bytes: int) -> None:
     record.candidates = ()
     record.command = ""
     record.working_directory = ""
+    record.preview = None
     if record.result is not None:
         record.result = kept_result(record.result, max_result_bytes)
 

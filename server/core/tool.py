@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .arguments import validate_arguments
 from .errors import InternalError
-from .models import Requirement, RuleCandidate, ToolResult
+from .models import Preview, Requirement, RuleCandidate, ToolResult
 from .paths import Workspace
 from .resources import SessionResources
 from .taskgraph import TaskGraph
@@ -46,6 +46,8 @@ class Prepared:
     # the approver (empty for other tools).
     command: str = ""
     working_directory: str = ""
+    # What the call would do, shown to the approver and covered by the digest.
+    preview: Preview | None = None
 
 
 @dataclass(slots=True)
@@ -77,6 +79,8 @@ class ToolLimits:
     # How long the walk for secrets and files that run code may take before a command (or a
     # confined Grep) is refused rather than run with masks that might be incomplete.
     scan_seconds: float = 5.0
+    # The bound on a call's preview (what the approver is shown before deciding).
+    preview_max_bytes: int = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)

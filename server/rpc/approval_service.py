@@ -98,6 +98,7 @@ class ApprovalServicer:
         return {
             "WatchApprovals": self.watch_approvals,
             "Decide": acknowledged(self.decide, commit),
+            "DecideBatch": acknowledged(self.decide_batch, commit),
             "Answer": acknowledged(self.answer, commit),
             "ListRules": self.list_rules,
             "CreateRule": acknowledged(self.create_rule, commit),
@@ -119,6 +120,18 @@ class ApprovalServicer:
             request.note,
         )
         return pb.DecideResponse(call=call_to_proto(snapshot))
+
+    async def decide_batch(
+        self, request: pb.DecideBatchRequest, call: Call
+    ) -> pb.DecideBatchResponse:
+        snapshots = await self.approvals.decide_batch(
+            call.principal,
+            [
+                (r.execution_id, r.digest, decision_from_proto(r.kind), r.note)
+                for r in request.requests
+            ],
+        )
+        return pb.DecideBatchResponse(calls=[call_to_proto(s) for s in snapshots])
 
     async def answer(self, request: pb.AnswerRequest, call: Call) -> pb.AnswerResponse:
         self.approvals.answer(call.principal, request.execution_id, request.answer)

@@ -133,7 +133,16 @@ def call_to_proto(call: CallSnapshot) -> tool_call_pb2.ToolCall:
         digest=call.digest,
         create_time=timestamp(call.create_time),
         update_time=timestamp(call.update_time),
+        batch_id=call.batch_id,
     )
+    if call.preview is not None:
+        message.preview.CopyFrom(
+            tool_call_pb2.Preview(
+                kind=call.preview.kind,
+                text=call.preview.text,
+                omitted_bytes=call.preview.omitted_bytes,
+            )
+        )
     if call.decision is not None:
         message.decision.CopyFrom(_decision(call.decision))
     if call.denial is not None:

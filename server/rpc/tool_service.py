@@ -101,6 +101,7 @@ class ToolServicer:
             request.arguments_json,
             request.request_id,
             request.evaluate,
+            request.batch_id,
         )
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 

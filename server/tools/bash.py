@@ -53,6 +53,7 @@ from ..core.commands import (
 from ..core.errors import arguments_invalid
 from ..core.models import (
     TREE_PREFIX,
+    Preview,
     Requirement,
     RequirementKind,
     RuleCandidate,
@@ -60,6 +61,7 @@ from ..core.models import (
     ToolResult,
 )
 from ..core.paths import is_magic, lexical_path, real_path
+from ..core.preview import bounded
 from ..core.rules import is_network_target
 from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 from ..sandbox.runner import (
@@ -293,7 +295,34 @@ class Bash(Tool[BashArguments, BashArtifact]):
             candidates=candidates,
             command=command,
             working_directory=workdir,
+            preview=self._preview(artifact, ctx.limits.preview_max_bytes),
         )
+
+    def _preview(self, artifact: BashArtifact, max_bytes: int) -> Preview:
+        """The command, where and how it runs, what it declared, and the command rules'
+        warnings: the approver's view of a Bash call."""
+        if self.runner.mode is SandboxMode.BWRAP:
+            where = "in the bubblewrap sandbox"
+        else:
+            where = "UNSANDBOXED: it can read and change anything the server's user can"
+        if artifact.background:
+            how = "in the background (the process supervisor)"
+        else:
+            how = f"in the foreground, timeout {artifact.timeout:g} s"
+        lines = [f"working directory: {artifact.workdir}", f"runs {how}, {where}"]
+        declared = [
+            *(f"  read  {d.path}{'/**' if d.is_tree else ''}" for d in artifact.read),
+            *(f"  write {d.path}{'/**' if d.is_tree else ''}" for d in artifact.write),
+            *(f"  network {t.removeprefix('tcp://')} (means any host)" for t in artifact.network),
+        ]
+        lines.append("declared access:" if declared else "declared access: none")
+        lines += declared
+        warnings = command_warnings(artifact.command)
+        if warnings:
+            lines.append("warning, beyond what its words suggest:")
+            lines += [f"- {warning}" for warning in warnings]
+        lines.append("command:")
+        return bounded("command", lines, artifact.command.split("\n"), max_bytes)
 
     def _timeout(self, args: BashArguments) -> float | None:
         if args.background:

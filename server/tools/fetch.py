@@ -26,6 +26,7 @@ from pydantic import Field
 
 from callgate.server.core.errors import arguments_invalid
 from callgate.server.core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
+from callgate.server.core.preview import bounded
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -371,6 +372,20 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
         summary = f"{args.method} {target.authority}"
         match = f"tcp://{target.authority}"
         kind = RequirementKind.NETWORK.value
+        header = [
+            f"{args.method} {target.scheme}://{target.authority}{target.target}",
+            "headers: "
+            + (", ".join(name for name, _ in headers) or "none")
+            + (" (values not shown)" if headers else ""),
+        ]
+        if args.body is None:
+            preview = bounded("request", header, (), ctx.limits.preview_max_bytes)
+        else:
+            size = len(args.body.encode())
+            header.append(f"body ({size} bytes):")
+            preview = bounded(
+                "request", header, args.body.split("\n"), ctx.limits.preview_max_bytes
+            )
         return Prepared(
             summary=summary,
             requirements=(Requirement(kind=kind, scope="", match=match, description=summary),),
@@ -385,6 +400,7 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
                 timeout=args.timeout,
             ),
             candidates=(RuleCandidate(kind=kind, match=match, description=f"connect to {match}"),),
+            preview=preview,
         )
 
     async def run(self, artifact: FetchArtifact, ctx: ToolContext) -> ToolResult:

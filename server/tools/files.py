@@ -24,11 +24,14 @@ from pydantic import Field
 
 from callgate.server.core.errors import InvalidArgument, arguments_invalid
 from callgate.server.core.models import (
+    Preview,
     Requirement,
     RequirementKind,
     RuleCandidate,
     ToolResult,
 )
+from callgate.server.core.preview import content_preview
+from callgate.server.core.preview import diff_preview as preview_diff
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
 from . import fsaccess
@@ -425,6 +428,61 @@ def _stale(ctx: ToolContext, canonical: str, current: bytes | None) -> ToolResul
     return None
 
 
+def _observed_content(ctx: ToolContext, canonical: str) -> tuple[str, str] | None:
+    """The current content of `canonical` and its SHA-256, when this loop has read all of it
+    and it has not changed since (what a write's preview diffs against: the agent has seen
+    it); None otherwise (no file, not read, changed, not a regular file, too large)."""
+    observed = ctx.loop.observations.get(canonical)
+    if observed is None or ctx.workspace.protected.is_protected(canonical):
+        return None
+    try:
+        fd = fsaccess.open_beneath(ctx.workspace.root, canonical)
+    except (OSError, PathChanged):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = fsaccess.read_up_to(fd, max(ctx.limits.read_max_bytes, ctx.limits.edit_max_bytes))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if data is None or sha256_hex(data) != observed:
+        return None
+    return data.decode("utf-8", "surrogateescape"), observed
+
+
+def _changed_since_prepare(ctx: ToolContext, base: str, current: bytes | None) -> ToolResult | None:
+    """The preview binding: a write approved on a diff against `base` (a SHA-256) runs only
+    on that content."""
+    if not base or (current is not None and sha256_hex(current) == base):
+        return None
+    return ToolResult.error(
+        "stale_read",
+        "The file has changed since this call was prepared (the approver saw a diff against "
+        "its earlier content); read it again and prepare the change again.",
+    )
+
+
+def _write_preview(
+    ctx: ToolContext, canonical: str, creates: bool, content: str
+) -> tuple[Preview, str]:
+    """WriteFile's preview and the content hash it is bound to ("" when none)."""
+    limit = ctx.limits.preview_max_bytes
+    rel = display(ctx.workspace.relative(canonical))
+    if creates:
+        size = len(content.encode("utf-8"))
+        return content_preview([f"new file {rel} ({size} bytes):"], content, limit), ""
+    base = _observed_content(ctx, canonical)
+    if base is None:
+        header = [
+            f"{rel} exists and this loop has not read its current content in full: the "
+            "write will fail (stale_read) unless the loop reads it first. The new content:"
+        ]
+        return content_preview(header, content, limit), ""
+    return preview_diff(rel, base[0], content, limit), base[1]
+
+
 def _open_existing(dir_fd: int, name: str) -> tuple[int, os.stat_result] | None:
     """Open an existing regular file in `dir_fd`; None when it is not a regular file."""
     fd = fsaccess.open_step(dir_fd, name, fsaccess.READ_FLAGS)
@@ -446,6 +504,9 @@ class WriteFileArtifact(Artifact):
     content: str
     # True when the file did not exist at Prepare: the call was approved as a creation.
     creates: bool
+    # SHA-256 of the content the approver's diff was made against ("" when none was shown):
+    # the write runs only on that content.
+    base_sha256: str = ""
 
 
 class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
@@ -470,6 +531,8 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
             )
         canonical = _prepare_file_path(ctx, args.path)
         requirement, candidates = _write_request(ctx, canonical)
+        creates = not os.path.lexists(canonical)
+        preview, base = _write_preview(ctx, canonical, creates, args.content)
         return Prepared(
             summary=f"WriteFile {display(ctx.workspace.relative(canonical))}",
             requirements=(requirement,),
@@ -477,9 +540,11 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
                 path=args.path,
                 canonical=canonical,
                 content=args.content,
-                creates=not os.path.lexists(canonical),
+                creates=creates,
+                base_sha256=base,
             ),
             candidates=candidates,
+            preview=preview,
         )
 
     async def run(self, artifact: WriteFileArtifact, ctx: ToolContext) -> ToolResult:
@@ -543,7 +608,9 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
             current = fsaccess.read_up_to(fd, limit) if canonical in ctx.loop.observations else None
         finally:
             os.close(fd)
-        stale = _stale(ctx, canonical, current)
+        stale = _stale(ctx, canonical, current) or _changed_since_prepare(
+            ctx, artifact.base_sha256, current
+        )
         if stale is not None:
             return stale
         fsaccess.replace_file(dir_fd, name, data, info)
@@ -568,6 +635,47 @@ class EditFileArtifact(Artifact):
     old: str
     new: str
     replace_all: bool
+    # As WriteFileArtifact.base_sha256: the content the approver's diff was made against.
+    base_sha256: str = ""
+
+
+def _edited(before: str, old: str, new: str, replace_all: bool) -> tuple[str, int]:
+    """The content after the edit and how many times `old` occurs (the edit applies only
+    when that is 1, or any number with replace_all)."""
+    count = before.count(old)
+    if count == 0 or (count > 1 and not replace_all):
+        return before, count
+    return before.replace(old, new, -1 if replace_all else 1), count
+
+
+def _edit_preview(ctx: ToolContext, canonical: str, args: EditFileArguments) -> tuple[Preview, str]:
+    """EditFile's preview: the diff the edit makes to the content this loop read, and that
+    content's hash; without one, what the edit would replace and why it would fail."""
+    limit = ctx.limits.preview_max_bytes
+    rel = display(ctx.workspace.relative(canonical))
+    base = _observed_content(ctx, canonical)
+    if base is not None:
+        after, count = _edited(base[0], args.old, args.new, args.replace_all)
+        if count == 1 or (count > 1 and args.replace_all):
+            return preview_diff(rel, base[0], after, limit), base[1]
+        why = (
+            "old does not occur in it"
+            if count == 0
+            else f"old occurs {count} times in it and replace_all is not set"
+        )
+        note = f"the edit will fail: {why}. It would replace:"
+    else:
+        note = (
+            f"this loop has not read the current {rel} in full: the edit will fail "
+            "(stale_read) unless the loop reads it first. It would replace:"
+        )
+    old_lines = ["-" + line for line in args.old.split("\n")]
+    new_lines = ["+" + line for line in args.new.split("\n")]
+    header = [f"--- a/{rel}", f"+++ b/{rel}", f"({note})"]
+    everything = "all occurrences" if args.replace_all else "one occurrence"
+    return content_preview(
+        header, "\n".join([f"@@ {everything} @@", *old_lines, *new_lines]), limit
+    ), ""
 
 
 def _clip_line(line: str) -> str:
@@ -644,6 +752,7 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
             raise arguments_invalid("new", "new is the same as old; the edit would change nothing")
         canonical = _prepare_file_path(ctx, args.path)
         requirement, candidates = _write_request(ctx, canonical)
+        preview, base = _edit_preview(ctx, canonical, args)
         return Prepared(
             summary=f"EditFile {display(ctx.workspace.relative(canonical))}",
             requirements=(requirement,),
@@ -653,8 +762,10 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
                 old=args.old,
                 new=args.new,
                 replace_all=args.replace_all,
+                base_sha256=base,
             ),
             candidates=candidates,
+            preview=preview,
         )
 
     async def run(self, artifact: EditFileArtifact, ctx: ToolContext) -> ToolResult:
@@ -705,11 +816,13 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
             return ToolResult.error(
                 "too_large", f"{rel} is larger than {cap} bytes; EditFile cannot change it."
             )
-        stale = _stale(ctx, canonical, current)
+        stale = _stale(ctx, canonical, current) or _changed_since_prepare(
+            ctx, artifact.base_sha256, current
+        )
         if stale is not None:
             return stale
         before = current.decode("utf-8", "surrogateescape")
-        count = before.count(artifact.old)
+        after, count = _edited(before, artifact.old, artifact.new, artifact.replace_all)
         if count == 0:
             return ToolResult.error("no_match", f"old does not occur in {rel}.")
         if count > 1 and not artifact.replace_all:
@@ -718,7 +831,6 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
                 f"old occurs {count} times in {rel}; add surrounding text to make it unique "
                 "or set replace_all.",
             )
-        after = before.replace(artifact.old, artifact.new, -1 if artifact.replace_all else 1)
         data = after.encode("utf-8", "surrogateescape")
         if len(data) > cap:
             return ToolResult.error(

@@ -34,6 +34,7 @@ from pydantic import Field
 from callgate.server.core.errors import arguments_invalid
 from callgate.server.core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
 from callgate.server.core.paths import Workspace
+from callgate.server.core.preview import bounded
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
 from . import fsaccess
@@ -48,6 +49,8 @@ MAX_DESCRIPTION_CHARS = 1024
 # it per source (ListTools reads them inline; a directory of junk must not make it slow).
 MAX_LISTED_SKILLS = 50
 MAX_SCANNED_SKILLS = 200
+SKILL_PREVIEW_LINES = 20
+"""How many of a skill's first lines its preview shows the approver."""
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}\Z")
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_-]*\Z")
@@ -274,6 +277,16 @@ class Skill(Tool[SkillArguments, SkillArtifact]):
         match = f"skill:{name}"
         description = f"load skill {name} ({source.label})"
         kind = RequirementKind.CONTEXT_LOAD.value
+        lines = document.body.split("\n")
+        preview = bounded(
+            "skill",
+            [
+                f"skill {name} ({source.label}): {document.description}",
+                f"its first lines ({len(lines)} in all):",
+            ],
+            lines[:SKILL_PREVIEW_LINES],
+            ctx.limits.preview_max_bytes,
+        )
         return Prepared(
             summary=f"Skill {name}",
             requirements=(Requirement(kind=kind, scope="", match=match, description=description),),
@@ -284,6 +297,7 @@ class Skill(Tool[SkillArguments, SkillArtifact]):
                 body=document.body,
             ),
             candidates=(RuleCandidate(kind=kind, match=match, description=description),),
+            preview=preview,
         )
 
     async def run(self, artifact: SkillArtifact, ctx: ToolContext) -> ToolResult:

@@ -75,6 +75,15 @@ class ScriptedApprovalService(approval_service_pb2_grpc.ApprovalServiceServicer)
             call=call_message(state, request.execution_id, tool_name="WriteFile")
         )
 
+    async def DecideBatch(
+        self, request: approval_service_pb2.DecideBatchRequest, context: Context
+    ) -> approval_service_pb2.DecideBatchResponse:
+        await self._refused("DecideBatch", context)
+        calls = []
+        for decision in request.requests:
+            calls.append((await self.Decide(decision, context)).call)
+        return approval_service_pb2.DecideBatchResponse(calls=calls)
+
     async def Answer(
         self, request: approval_service_pb2.AnswerRequest, context: Context
     ) -> approval_service_pb2.AnswerResponse:

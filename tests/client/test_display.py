@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import unicodedata
 from datetime import UTC, datetime, timedelta
 
@@ -12,10 +13,12 @@ from hypothesis import strategies as st
 from callgate.client import (
     PendingApproval,
     PendingQuestion,
+    Preview,
     Requirement,
     RuleCandidate,
     State,
 )
+from callgate.client.console import wants_colour
 from callgate.client.conversion import approval_item_from_proto, rule_from_proto
 from callgate.client.display import (
     count_hidden,
@@ -242,3 +245,49 @@ def test_resolved_and_candidates_convert_from_the_wire() -> None:
     )
     assert item.deadline == TIME + timedelta(minutes=10)
     assert approval_item_from_proto(approval_service_pb2.WatchApprovalsResponse()) is None
+
+
+def _with_preview(kind: str, text: str, omitted: int = 0) -> PendingApproval:
+    item = _approval()
+    preview = Preview(kind=kind, text=text, omitted_bytes=omitted)
+    return item.model_copy(update={"call": item.call.model_copy(update={"preview": preview})})
+
+
+DIFF = "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 20\n"
+
+
+def test_a_preview_is_shown_in_full_and_a_diff_in_colour_only_when_asked() -> None:
+    item = _with_preview("diff", DIFF)
+    plain = render_approval(item)
+    assert "what it would do (diff, 6 lines):" in plain
+    assert "    │ -b = 2\n    │ +b = 20" in plain
+    assert "\x1b" not in plain
+    coloured = render_approval(item, colour=True)
+    assert "    │ \x1b[31m-b = 2\x1b[0m" in coloured
+    assert "    │ \x1b[32m+b = 20\x1b[0m" in coloured
+    assert "    │ \x1b[36m@@ -1,2 +1,2 @@\x1b[0m" in coloured
+    content = render_approval(_with_preview("content", "-not a diff line\n"), colour=True)
+    assert "\x1b" not in content
+
+
+def test_a_preview_is_escaped_again_by_the_terminal_and_says_what_was_left_out() -> None:
+    """The server escapes previews; the terminal does not rely on it."""
+    shown = render_approval(_with_preview("content", "x\x1b[2Jy\u202ez\tw\n", omitted=1234))
+    assert "\x1b" not in shown
+    assert "\u202e" not in shown
+    assert "x\\x1b[2Jy\\u202ez" in shown
+    assert "\t" not in shown  # tabs are expanded, not escaped
+    assert "(1234 bytes not shown)" in shown
+    assert "WARNING: 2 control or invisible" in shown
+
+
+def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert wants_colour(Terminal())
+    assert not wants_colour(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not wants_colour(Terminal())

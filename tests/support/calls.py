@@ -25,6 +25,7 @@ async def prepare(
     evaluate: bool = False,
     loop_id: str = "",
     request_id: str = "",
+    batch_id: str = "",
 ) -> tool_call_pb2.ToolCall:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)
     response = await stub.Prepare(
@@ -35,6 +36,7 @@ async def prepare(
             arguments_json=text,
             evaluate=evaluate,
             request_id=request_id,
+            batch_id=batch_id,
         )
     )
     return response.call

@@ -337,6 +337,50 @@ class DecideResponse(_message.Message):
 Global___DecideResponse: _TypeAlias = DecideResponse  # noqa: Y015
 
 @_typing.final
+class DecideBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___DecideRequest]:
+        """The decisions, each as DecideRequest: execution ID, the digest shown, kind and note."""
+
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___DecideRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecideBatchRequest: _TypeAlias = DecideBatchRequest  # noqa: Y015
+
+@_typing.final
+class DecideBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def calls(self) -> _containers.RepeatedCompositeFieldContainer[_tool_call_pb2.ToolCall]:
+        """The calls as decided, in the order of the requests."""
+
+    def __init__(
+        self,
+        *,
+        calls: _abc.Iterable[_tool_call_pb2.ToolCall] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DecideBatchResponse: _TypeAlias = DecideBatchResponse  # noqa: Y015
+
+@_typing.final
 class AnswerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -48,6 +48,11 @@ class ApprovalServiceStub:
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideResponse.FromString,
                 _registered_method=True)
+        self.DecideBatch = channel.unary_unary(
+                '/callgate.v1.ApprovalService/DecideBatch',
+                request_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.FromString,
+                _registered_method=True)
         self.Answer = channel.unary_unary(
                 '/callgate.v1.ApprovalService/Answer',
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.AnswerRequest.SerializeToString,
@@ -95,6 +100,17 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecideBatch(self, request, context):
+        """Decides several calls AWAITING_APPROVAL in one action (a batch prepared for one model
+        turn, or any calls the approver picked), each bound to its own digest: all of them or
+        none. If any request fails its checks (unknown call, not awaiting approval, digest
+        mismatch, a session or always decision on a human_only call) nothing is decided and the
+        error names that call. At most 100 requests, each execution ID once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Answer(self, request, context):
         """Answers a pending AskUser question.
         """
@@ -137,6 +153,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.Decide,
                     request_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideResponse.SerializeToString,
+            ),
+            'DecideBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideBatch,
+                    request_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.SerializeToString,
             ),
             'Answer': grpc.unary_unary_rpc_method_handler(
                     servicer.Answer,
@@ -217,6 +238,33 @@ class ApprovalService:
             '/callgate.v1.ApprovalService/Decide',
             callgate_dot_v1_dot_approval__service__pb2.DecideRequest.SerializeToString,
             callgate_dot_v1_dot_approval__service__pb2.DecideResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.ApprovalService/DecideBatch',
+            callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.SerializeToString,
+            callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

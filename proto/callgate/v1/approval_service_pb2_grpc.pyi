@@ -47,6 +47,13 @@ class ApprovalServiceStub:
     (DIGEST_MISMATCH otherwise). Exactly one decision wins when several approvers decide at
     once; the others get FAILED_PRECONDITION / CALL_STATE_INVALID.
     """
+    DecideBatch: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.DecideBatchRequest, _approval_service_pb2.DecideBatchResponse]
+    """Decides several calls AWAITING_APPROVAL in one action (a batch prepared for one model
+    turn, or any calls the approver picked), each bound to its own digest: all of them or
+    none. If any request fails its checks (unknown call, not awaiting approval, digest
+    mismatch, a session or always decision on a human_only call) nothing is decided and the
+    error names that call. At most 100 requests, each execution ID once.
+    """
     Answer: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.AnswerRequest, _approval_service_pb2.AnswerResponse]
     """Answers a pending AskUser question."""
     ListRules: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.ListRulesRequest, _approval_service_pb2.ListRulesResponse]
@@ -78,6 +85,13 @@ class ApprovalServiceAsyncStub(ApprovalServiceStub):
     """Decides a call AWAITING_APPROVAL. `digest` must be the digest the approver was shown
     (DIGEST_MISMATCH otherwise). Exactly one decision wins when several approvers decide at
     once; the others get FAILED_PRECONDITION / CALL_STATE_INVALID.
+    """
+    DecideBatch: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.DecideBatchRequest, _approval_service_pb2.DecideBatchResponse]  # type: ignore[assignment]
+    """Decides several calls AWAITING_APPROVAL in one action (a batch prepared for one model
+    turn, or any calls the approver picked), each bound to its own digest: all of them or
+    none. If any request fails its checks (unknown call, not awaiting approval, digest
+    mismatch, a session or always decision on a human_only call) nothing is decided and the
+    error names that call. At most 100 requests, each execution ID once.
     """
     Answer: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.AnswerRequest, _approval_service_pb2.AnswerResponse]  # type: ignore[assignment]
     """Answers a pending AskUser question."""
@@ -119,6 +133,19 @@ class ApprovalServiceServicer(metaclass=_abc_1.ABCMeta):
         """Decides a call AWAITING_APPROVAL. `digest` must be the digest the approver was shown
         (DIGEST_MISMATCH otherwise). Exactly one decision wins when several approvers decide at
         once; the others get FAILED_PRECONDITION / CALL_STATE_INVALID.
+        """
+
+    @_abc_1.abstractmethod
+    def DecideBatch(
+        self,
+        request: _approval_service_pb2.DecideBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_approval_service_pb2.DecideBatchResponse, _abc.Awaitable[_approval_service_pb2.DecideBatchResponse]]:
+        """Decides several calls AWAITING_APPROVAL in one action (a batch prepared for one model
+        turn, or any calls the approver picked), each bound to its own digest: all of them or
+        none. If any request fails its checks (unknown call, not awaiting approval, digest
+        mismatch, a session or always decision on a human_only call) nothing is decided and the
+        error names that call. At most 100 requests, each execution ID once.
         """
 
     @_abc_1.abstractmethod

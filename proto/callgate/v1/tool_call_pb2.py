@@ -25,25 +25,27 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61llgate/v1/tool_call.proto\x12\x0b\x63\x61llgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x03\n\x08ToolCall\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07loop_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12!\n\x05state\x18\x05 \x01(\x0e\x32\x12.callgate.v1.State\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12.\n\x0crequirements\x18\x07 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0e\n\x06\x64igest\x18\x08 \x01(\t\x12\'\n\x08\x64\x65\x63ision\x18\t \x01(\x0b\x32\x15.callgate.v1.Decision\x12#\n\x06\x64\x65nial\x18\n \x01(\x0b\x32\x13.callgate.v1.Denial\x12\'\n\x06result\x18\x0b \x01(\x0b\x32\x17.callgate.v1.ToolResult\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"b\n\x0bRequirement\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x12\n\nhuman_only\x18\x05 \x01(\x08\"q\n\x08\x44\x65\x63ision\x12\x12\n\ndecided_by\x18\x01 \x01(\t\x12\x10\n\x08rule_ids\x18\x02 \x03(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\"D\n\x06\x44\x65nial\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.callgate.v1.DenialKind\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\x8b\x01\n\nToolResult\x12\x10\n\x08is_error\x18\x01 \x01(\x08\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0c\n\x04json\x18\x04 \x01(\t\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\romitted_bytes\x18\x06 \x01(\x03\x42\x0c\n\n_exit_code*\xd7\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_PREPARED\x10\x01\x12\x1b\n\x17STATE_AWAITING_APPROVAL\x10\x02\x12\x12\n\x0eSTATE_APPROVED\x10\x03\x12\x10\n\x0cSTATE_DENIED\x10\x04\x12\x11\n\rSTATE_RUNNING\x10\x05\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x06\x12\x10\n\x0cSTATE_FAILED\x10\x07\x12\x13\n\x0fSTATE_CANCELLED\x10\x08\x12\x11\n\rSTATE_EXPIRED\x10\t*\xc6\x01\n\nDenialKind\x12\x1b\n\x17\x44\x45NIAL_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45NIAL_KIND_OUT_OF_SCOPE\x10\x01\x12\x17\n\x13\x44\x45NIAL_KIND_REFUSED\x10\x02\x12!\n\x1d\x44\x45NIAL_KIND_APPROVAL_REQUIRED\x10\x03\x12 \n\x1c\x44\x45NIAL_KIND_APPROVAL_TIMEOUT\x10\x04\x12\x1f\n\x1b\x44\x45NIAL_KIND_APPROVER_DENIED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61llgate/v1/tool_call.proto\x12\x0b\x63\x61llgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x04\n\x08ToolCall\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07loop_id\x18\x03 \x01(\t\x12\x11\n\ttool_name\x18\x04 \x01(\t\x12!\n\x05state\x18\x05 \x01(\x0e\x32\x12.callgate.v1.State\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12.\n\x0crequirements\x18\x07 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0e\n\x06\x64igest\x18\x08 \x01(\t\x12\'\n\x08\x64\x65\x63ision\x18\t \x01(\x0b\x32\x15.callgate.v1.Decision\x12#\n\x06\x64\x65nial\x18\n \x01(\x0b\x32\x13.callgate.v1.Denial\x12\'\n\x06result\x18\x0b \x01(\x0b\x32\x17.callgate.v1.ToolResult\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x62\x61tch_id\x18\x0f \x01(\t\x12%\n\x07preview\x18\x10 \x01(\x0b\x32\x14.callgate.v1.Preview\"<\n\x07Preview\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\romitted_bytes\x18\x03 \x01(\x03\"b\n\x0bRequirement\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x12\n\nhuman_only\x18\x05 \x01(\x08\"q\n\x08\x44\x65\x63ision\x12\x12\n\ndecided_by\x18\x01 \x01(\t\x12\x10\n\x08rule_ids\x18\x02 \x03(\t\x12/\n\x0b\x64\x65\x63ide_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\"D\n\x06\x44\x65nial\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.callgate.v1.DenialKind\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\"\x8b\x01\n\nToolResult\x12\x10\n\x08is_error\x18\x01 \x01(\x08\x12\x12\n\nerror_code\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0c\n\x04json\x18\x04 \x01(\t\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\romitted_bytes\x18\x06 \x01(\x03\x42\x0c\n\n_exit_code*\xd7\x01\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATE_PREPARED\x10\x01\x12\x1b\n\x17STATE_AWAITING_APPROVAL\x10\x02\x12\x12\n\x0eSTATE_APPROVED\x10\x03\x12\x10\n\x0cSTATE_DENIED\x10\x04\x12\x11\n\rSTATE_RUNNING\x10\x05\x12\x13\n\x0fSTATE_SUCCEEDED\x10\x06\x12\x10\n\x0cSTATE_FAILED\x10\x07\x12\x13\n\x0fSTATE_CANCELLED\x10\x08\x12\x11\n\rSTATE_EXPIRED\x10\t*\xc6\x01\n\nDenialKind\x12\x1b\n\x17\x44\x45NIAL_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x44\x45NIAL_KIND_OUT_OF_SCOPE\x10\x01\x12\x17\n\x13\x44\x45NIAL_KIND_REFUSED\x10\x02\x12!\n\x1d\x44\x45NIAL_KIND_APPROVAL_REQUIRED\x10\x03\x12 \n\x1c\x44\x45NIAL_KIND_APPROVAL_TIMEOUT\x10\x04\x12\x1f\n\x1b\x44\x45NIAL_KIND_APPROVER_DENIED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'callgate.v1.tool_call_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATE']._serialized_start=978
-  _globals['_STATE']._serialized_end=1193
-  _globals['_DENIALKIND']._serialized_start=1196
-  _globals['_DENIALKIND']._serialized_end=1394
+  _globals['_STATE']._serialized_start=1097
+  _globals['_STATE']._serialized_end=1312
+  _globals['_DENIALKIND']._serialized_start=1315
+  _globals['_DENIALKIND']._serialized_end=1513
   _globals['_TOOLCALL']._serialized_start=78
-  _globals['_TOOLCALL']._serialized_end=548
-  _globals['_REQUIREMENT']._serialized_start=550
-  _globals['_REQUIREMENT']._serialized_end=648
-  _globals['_DECISION']._serialized_start=650
-  _globals['_DECISION']._serialized_end=763
-  _globals['_DENIAL']._serialized_start=765
-  _globals['_DENIAL']._serialized_end=833
-  _globals['_TOOLRESULT']._serialized_start=836
-  _globals['_TOOLRESULT']._serialized_end=975
+  _globals['_TOOLCALL']._serialized_end=605
+  _globals['_PREVIEW']._serialized_start=607
+  _globals['_PREVIEW']._serialized_end=667
+  _globals['_REQUIREMENT']._serialized_start=669
+  _globals['_REQUIREMENT']._serialized_end=767
+  _globals['_DECISION']._serialized_start=769
+  _globals['_DECISION']._serialized_end=882
+  _globals['_DENIAL']._serialized_start=884
+  _globals['_DENIAL']._serialized_end=952
+  _globals['_TOOLRESULT']._serialized_start=955
+  _globals['_TOOLRESULT']._serialized_end=1094
 # @@protoc_insertion_point(module_scope)

@@ -126,6 +126,8 @@ class ToolCall(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
+    PREVIEW_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     """Opaque, unguessable (at least 122 random bits). The only handle Invoke accepts."""
     session_id: _builtins.str
@@ -144,6 +146,8 @@ class ToolCall(_message.Message):
     """Lower-case hex SHA-256 over the canonical encoding of the frozen artifact and its
     request. An approval is bound to this value.
     """
+    batch_id: _builtins.str
+    """The batch the call was prepared in (PrepareRequest.batch_id); empty when it stands alone."""
     @_builtins.property
     def requirements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Requirement]:
         """Every capability the call needs; this is what the gate evaluates."""
@@ -170,6 +174,13 @@ class ToolCall(_message.Message):
     def expire_time(self) -> _timestamp_pb2.Timestamp:
         """When a PREPARED or APPROVED call becomes EXPIRED if it is not invoked; unset otherwise."""
 
+    @_builtins.property
+    def preview(self) -> Global___Preview:
+        """What the call would do, as the approver is shown it: covered by the digest, so a
+        decision is bound to exactly this preview. Set while the call is PREPARED,
+        AWAITING_APPROVAL or APPROVED; cleared once it ends. Never journaled.
+        """
+
     def __init__(
         self,
         *,
@@ -187,14 +198,53 @@ class ToolCall(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
+        batch_id: _builtins.str = ...,
+        preview: Global___Preview | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "decision", b"decision", "denial", b"denial", "expire_time", b"expire_time", "result", b"result", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "decision", b"decision", "denial", b"denial", "expire_time", b"expire_time", "preview", b"preview", "result", b"result", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "decision", b"decision", "denial", b"denial", "digest", b"digest", "execution_id", b"execution_id", "expire_time", b"expire_time", "loop_id", b"loop_id", "requirements", b"requirements", "result", b"result", "session_id", b"session_id", "state", b"state", "summary", b"summary", "tool_name", b"tool_name", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "create_time", b"create_time", "decision", b"decision", "denial", b"denial", "digest", b"digest", "execution_id", b"execution_id", "expire_time", b"expire_time", "loop_id", b"loop_id", "preview", b"preview", "requirements", b"requirements", "result", b"result", "session_id", b"session_id", "state", b"state", "summary", b"summary", "tool_name", b"tool_name", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolCall: _TypeAlias = ToolCall  # noqa: Y015
+
+@_typing.final
+class Preview(_message.Message):
+    """Preview shows the effect of a call before it is decided: bounded, and escaped so that it
+    holds no control, bidirectional or other invisible characters (each is shown as \\xNN,
+    \\uNNNN or \\UNNNNNNNN; a backslash as \\\\). Lines end with "\\n".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    OMITTED_BYTES_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"diff": a unified diff against the current file (WriteFile of an existing file,
+    EditFile); "content": the content of a new file; "command": a command, its working
+    directory and declared access; "request": a request's method, full URL and header
+    names; "skill": a skill's name and first lines; "binary": content that is not text,
+    described by its size and digest.
+    """
+    text: _builtins.str
+    omitted_bytes: _builtins.int
+    """Bytes of the rendered preview left out by the bound (ToolLimits.preview_max_bytes)."""
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        text: _builtins.str = ...,
+        omitted_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "omitted_bytes", b"omitted_bytes", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Preview: _TypeAlias = Preview  # noqa: Y015
 
 @_typing.final
 class Requirement(_message.Message):

@@ -285,6 +285,7 @@ class PrepareRequest(_message.Message):
     ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EVALUATE_FIELD_NUMBER: _builtins.int
+    BATCH_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     loop_id: _builtins.str
     """Empty: the session's default loop."""
@@ -299,6 +300,12 @@ class PrepareRequest(_message.Message):
     """Ask the gate in the same round trip: the returned call is APPROVED, DENIED or
     AWAITING_APPROVAL instead of PREPARED.
     """
+    batch_id: _builtins.str
+    """Optional: marks the calls one loop prepares for one model turn, so that an approver can
+    decide them together (ApprovalService.DecideBatch), each still bound to its own digest.
+    Up to 64 characters of [A-Za-z0-9._:-]; a call in a batch is shown with it (and covered
+    by its digest). Empty: the call stands alone.
+    """
     def __init__(
         self,
         *,
@@ -308,10 +315,11 @@ class PrepareRequest(_message.Message):
         arguments_json: _builtins.str = ...,
         request_id: _builtins.str = ...,
         evaluate: _builtins.bool = ...,
+        batch_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "evaluate", b"evaluate", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
