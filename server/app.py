@@ -113,6 +113,7 @@ def _tool_limits(config: ServerConfig) -> ToolLimits:
         grep_max_bytes=t.grep_max_bytes,
         grep_timeout_seconds=t.grep_timeout_seconds,
         scan_seconds=t.scan_seconds,
+        preview_max_bytes=t.preview_max_bytes,
     )
 
 

@@ -156,6 +156,8 @@ class ToolsConfig(BaseModel):
     # The walk of a sandbox's trees for secrets (at any depth, hard links included) and files
     # that run code; past this a command or Grep is refused rather than run half-masked.
     scan_seconds: Annotated[float, Field(gt=0, le=600)] = 5.0
+    # The bound on what an approver is shown of a call before deciding it (its preview).
+    preview_max_bytes: Annotated[int, Field(ge=1024, le=4 << 20)] = 64 << 10
     ripgrep: bool = True
 
 
