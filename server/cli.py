@@ -4,6 +4,7 @@ health)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -203,6 +204,50 @@ def _mcp_http_token(args: argparse.Namespace, agent_token: str) -> str:
         file=sys.stderr,
     )
     return http_token.value
+
+
+def _console(args: argparse.Namespace) -> int:
+    from callgate.client.mcp_bridge import is_loopback, parse_http_address
+    from callgate.client.web_console import Target, bind, parse_target, serve
+
+    try:
+        targets = [parse_target(text) for text in args.targets] or [
+            Target("local", _client_settings_target(args))
+        ]
+        host, port = parse_http_address(args.listen)
+    except ValueError as exc:
+        print(f"callgate: {exc}", file=sys.stderr)
+        return 2
+    if not is_loopback(host):
+        print(
+            f"callgate: --listen: {host} is not a loopback address; the console serves loopback "
+            "only (reach it through an SSH tunnel or kubectl port-forward)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        print(f"callgate: cannot listen on {args.listen}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+    def started(url: str) -> None:
+        shown = ", ".join(f"{t.name} ({t.address})" for t in targets)
+        print(f"callgate: console at {url} for {shown}; log in with an approver token")
+        sys.stdout.flush()
+
+    try:
+        anyio.run(functools.partial(serve, targets, sock, started=started))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _client_settings_target(args: argparse.Namespace) -> str:
+    return (
+        os.environ.get("CALLGATE_TARGET")
+        or f"unix://{_state_dir(args).resolve() / 'callgate.sock'}"
+    )
 
 
 def _mcp(args: argparse.Namespace) -> int:
@@ -532,6 +577,31 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
         "--once", action="store_true", help="exit after the first decision or answer"
     )
     approvals.set_defaults(func=_approvals)
+
+    console = sub.add_parser(
+        "console",
+        help="a web approval console for one or several callgate servers",
+        description="Serves a web page (loopback only) where an approver logs in with an "
+        "approver token and decides pending calls of every --target live: previews with "
+        "diffs, once / session / always / deny with a note, batches of one model turn, "
+        "AskUser answers and each call's audit trail.",
+    )
+    console.add_argument(
+        "--target",
+        dest="targets",
+        action="append",
+        default=[],
+        metavar="[NAME=]ADDRESS",
+        help="a callgate server (unix:///path.sock or host:port), repeatable: one per agent "
+        "pod; NAME is shown on its calls (default: the local server)",
+    )
+    console.add_argument(
+        "--listen",
+        default="127.0.0.1:8470",
+        help="loopback address to serve on (default 127.0.0.1:8470; port 0: any free port)",
+    )
+    console.add_argument("--state-dir", dest="state_dir", help=STATE_DIR_HELP)
+    console.set_defaults(func=_console)
 
     rules = sub.add_parser("rules", help="list, add or remove allow and deny rules")
     rules_sub = rules.add_subparsers(dest="rules_command", required=True)

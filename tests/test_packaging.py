@@ -37,6 +37,11 @@ def test_wheel_contains_only_the_callgate_namespace(tmp_path: Path) -> None:
         "callgate/client/__init__.py",
         "callgate/v1/tool_service_pb2.py",
         "callgate/v1/tool_service_pb2.pyi",
+        # The web console serves its page from the package: nothing from elsewhere.
+        "callgate/client/web_console/static/console.html",
+        "callgate/client/web_console/static/console.js",
+        "callgate/client/web_console/static/console.css",
+        "callgate/client/web_console/static/login.html",
     ):
         assert module in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

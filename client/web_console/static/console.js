@@ -1,0 +1,320 @@
+// callgate console: pending calls and questions of every server of the fleet, live.
+// The DOM is built with textContent only: nothing a server or an agent sends is ever parsed
+// as HTML. Every state-changing request is a JSON POST with the session's CSRF token.
+"use strict";
+
+const state = {
+  csrf: "",
+  targets: [],          // [{name, address, status, detail}]
+  status: new Map(),    // target name -> {status, detail}
+  items: new Map(),     // key -> event (approval or question)
+  cards: new Map(),     // key -> card element (kept, so a typed note survives re-renders)
+};
+
+const KIND_LABELS = [
+  ["once", "Approve once", "approve"],
+  ["session", "Approve for session", ""],
+  ["always", "Approve always", ""],
+];
+
+function key(target, executionId) { return target + "\u0000" + executionId; }
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else node.setAttribute(name, value);
+  }
+  for (const child of children) {
+    if (child !== null && child !== undefined) {
+      node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+  }
+  return node;
+}
+
+function notice(text, isError) {
+  const node = document.getElementById("notice");
+  node.textContent = text;
+  node.className = isError ? "error" : "";
+}
+
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf },
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  let data = {};
+  try { data = await response.json(); } catch (e) { data = {}; }
+  if (response.status === 401) { window.location.reload(); }
+  if (!response.ok) {
+    const reason = data.reason ? " (" + data.reason + ")" : "";
+    throw new Error((data.error || "The request failed.") + reason);
+  }
+  return data;
+}
+
+// ------------------------------------------------------------------ rendering
+
+function previewBlock(preview) {
+  const pre = el("pre", { class: "preview", "data-testid": "preview",
+                          "data-kind": preview.kind });
+  const lines = preview.text.split("\n");
+  if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  for (const line of lines) {
+    let cls = "";
+    if (preview.kind === "diff") {
+      if (line.startsWith("+++ ") || line.startsWith("--- ")) cls = "file";
+      else if (line.startsWith("@@")) cls = "hunk";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+    }
+    if (line.startsWith("[") && line.includes("control or invisible character")) cls = "note";
+    pre.append(el("span", { class: cls, text: line }));
+  }
+  return pre;
+}
+
+function requirementList(call, unmet) {
+  const list = el("ul", { class: "requirements" });
+  const open = new Set(unmet.map((r) => r.kind + "\u0000" + r.match));
+  for (const r of call.requirements) {
+    const item = el("li", { class: open.has(r.kind + "\u0000" + r.match) ? "unmet" : "",
+                            text: r.kind + ": " + r.description });
+    if (r.human_only) item.append(el("span", { class: "human-only",
+                                                text: " (only a human, each time)" }));
+    list.append(item);
+  }
+  return list;
+}
+
+function onceOnly(event) {
+  return [...event.unmet, ...event.call.requirements].some((r) => r.human_only);
+}
+
+function approvalCard(event) {
+  const call = event.call;
+  const card = el("article", { class: "card", "data-testid": "call",
+                               "data-execution-id": call.execution_id,
+                               "data-target": event.target });
+  card.append(el("h3", { text: call.tool_name + " \u2014 " + call.summary }));
+  card.append(el("div", { class: "meta" },
+    el("span", { class: "server", "data-testid": "server", text: event.target }),
+    " \u00b7 session " + call.session_id + " \u00b7 by " + event.requested_by +
+    " \u00b7 workspace " + event.workspace +
+    (call.batch_id ? " \u00b7 batch " + call.batch_id : "") +
+    (event.deadline ? " \u00b7 decide by " + new Date(event.deadline).toLocaleTimeString() : "")));
+  card.append(requirementList(call, event.unmet));
+  if (call.preview) {
+    card.append(previewBlock(call.preview));
+    if (call.preview.omitted_bytes > 0) {
+      card.append(el("p", { class: "omitted", "data-testid": "omitted",
+        text: call.preview.omitted_bytes + " more bytes are not shown; deny if you need to see them." }));
+    }
+  }
+  card.append(el("div", { class: "meta", text: "digest " + call.digest }));
+  const note = el("input", { type: "text", placeholder: "note (shown to the agent on deny)",
+                             "data-testid": "note", maxlength: "4096" });
+  const actions = el("div", { class: "actions" }, note);
+  const buttons = [];
+  for (const [kind, label, cls] of KIND_LABELS) {
+    if (kind !== "once" && onceOnly(event)) continue;
+    const button = el("button", { type: "button", class: cls,
+                                  "data-testid": "approve-" + kind, text: label });
+    button.addEventListener("click", () => decide(event, kind, note.value, buttons));
+    buttons.push(button);
+  }
+  const deny = el("button", { type: "button", class: "deny", "data-testid": "deny", text: "Deny" });
+  deny.addEventListener("click", () => decide(event, "deny", note.value, buttons));
+  buttons.push(deny);
+  actions.append(...buttons);
+  const auditButton = el("button", { type: "button", "data-testid": "audit", text: "Audit trail" });
+  const audit = el("div", { class: "audit", "data-testid": "audit-trail", hidden: "" });
+  auditButton.addEventListener("click", () => showAudit(event.target, call.execution_id, audit));
+  actions.append(auditButton);
+  card.append(actions, audit);
+  return card;
+}
+
+function questionCard(event) {
+  const card = el("article", { class: "card", "data-testid": "question",
+                               "data-execution-id": event.execution_id,
+                               "data-target": event.target });
+  card.append(el("h3", { text: "Question" }));
+  card.append(el("div", { class: "meta" },
+    el("span", { class: "server", "data-testid": "server", text: event.target }),
+    " \u00b7 session " + event.session_id + " \u00b7 by " + event.requested_by));
+  card.append(el("p", { "data-testid": "question-text", text: event.question }));
+  const actions = el("div", { class: "actions" });
+  for (const choice of event.choices) {
+    const button = el("button", { type: "button", "data-testid": "choice", text: choice });
+    button.addEventListener("click", () => answer(event, choice));
+    actions.append(button);
+  }
+  const free = el("input", { type: "text", placeholder: "your answer", "data-testid": "answer-text" });
+  const send = el("button", { type: "button", class: "approve", "data-testid": "answer",
+                              text: "Answer" });
+  send.addEventListener("click", () => answer(event, free.value));
+  actions.append(free, send);
+  card.append(actions);
+  return card;
+}
+
+function render() {
+  const main = document.getElementById("pending");
+  const groups = [];
+  for (const target of state.targets) {
+    const mine = [...state.items.values()].filter((e) => e.target === target.name);
+    if (!mine.length) continue;
+    const group = el("section", { class: "target-group", "data-testid": "target-group",
+                                  "data-target": target.name });
+    group.append(el("h2", { text: target.name + " (" + target.address + ")" }));
+    const batches = new Map();
+    for (const event of mine) {
+      const batch = event.type === "approval" ? event.call.batch_id : "";
+      if (batch) {
+        if (!batches.has(batch)) batches.set(batch, []);
+        batches.get(batch).push(event);
+      }
+    }
+    const placed = new Set();
+    for (const event of mine) {
+      const id = event.type === "approval" ? event.call.execution_id : event.execution_id;
+      const k = key(event.target, id);
+      if (placed.has(k)) continue;
+      const batch = event.type === "approval" ? event.call.batch_id : "";
+      if (batch && batches.get(batch).length > 1) {
+        group.append(batchBox(target.name, batch, batches.get(batch)));
+        for (const member of batches.get(batch)) placed.add(key(member.target, member.call.execution_id));
+        continue;
+      }
+      group.append(state.cards.get(k));
+      placed.add(k);
+    }
+    groups.push(group);
+  }
+  main.replaceChildren(...groups);
+  if (!groups.length) {
+    main.append(el("p", { id: "empty", text: "Nothing is waiting for a decision." }));
+  }
+}
+
+function batchBox(target, batchId, events) {
+  const box = el("section", { class: "batch", "data-testid": "batch", "data-batch-id": batchId });
+  const note = el("input", { type: "text", placeholder: "note for the whole batch",
+                             "data-testid": "batch-note" });
+  const approve = el("button", { type: "button", class: "approve", "data-testid": "approve-batch",
+                                 text: "Approve all " + events.length + " once" });
+  const deny = el("button", { type: "button", class: "deny", "data-testid": "deny-batch",
+                              text: "Deny all " + events.length });
+  const run = async (kind) => {
+    approve.disabled = deny.disabled = true;
+    try {
+      await post("/api/decide-batch", {
+        target, kind, note: note.value,
+        calls: events.map((e) => ({ execution_id: e.call.execution_id, digest: e.call.digest })),
+      });
+      notice("Decided the batch " + batchId + " (" + events.length + " calls).", false);
+    } catch (error) {
+      notice(error.message, true);
+      approve.disabled = deny.disabled = false;
+    }
+  };
+  approve.addEventListener("click", () => run("once"));
+  deny.addEventListener("click", () => run("deny"));
+  box.append(el("div", { class: "batch-bar" },
+    el("strong", { text: "One model turn: batch " + batchId }), note, approve, deny));
+  for (const event of events) box.append(state.cards.get(key(event.target, event.call.execution_id)));
+  return box;
+}
+
+function renderTargets() {
+  const list = document.getElementById("targets");
+  list.replaceChildren(...state.targets.map((t) => {
+    const status = state.status.get(t.name) || { status: t.status || "", detail: t.detail || "" };
+    return el("li", { class: status.status, "data-testid": "target-status",
+                      "data-target": t.name, title: status.detail || status.status,
+                      text: t.name + (status.status ? ": " + status.status : "") });
+  }));
+}
+
+// ------------------------------------------------------------------ actions
+
+async function decide(event, kind, note, buttons) {
+  for (const b of buttons) b.disabled = true;
+  try {
+    await post("/api/decide", { target: event.target, execution_id: event.call.execution_id,
+                                digest: event.call.digest, kind, note });
+    notice((kind === "deny" ? "Denied " : "Approved ") + event.call.summary +
+           " on " + event.target + ".", false);
+  } catch (error) {
+    notice(error.message, true);
+    for (const b of buttons) b.disabled = false;
+  }
+}
+
+async function answer(event, text) {
+  try {
+    await post("/api/answer", { target: event.target, execution_id: event.execution_id,
+                                answer: text });
+    notice("Answered the question on " + event.target + ".", false);
+  } catch (error) {
+    notice(error.message, true);
+  }
+}
+
+async function showAudit(target, executionId, node) {
+  const query = new URLSearchParams({ target, execution_id: executionId });
+  const response = await fetch("/api/audit?" + query.toString(), { credentials: "same-origin" });
+  const data = await response.json();
+  node.hidden = false;
+  if (!response.ok) { node.textContent = data.error || "The audit trail is not available."; return; }
+  node.textContent = data.events.map((e) =>
+    e.time + "  " + e.kind + "  " + e.principal + "  " + JSON.stringify(e.data)).join("\n");
+}
+
+// ------------------------------------------------------------------ events
+
+function handle(event) {
+  if (event.type === "target") {
+    state.status.set(event.target, { status: event.status, detail: event.detail });
+    renderTargets();
+    return;
+  }
+  if (event.type === "resolved") {
+    const k = key(event.target, event.execution_id);
+    state.items.delete(k);
+    state.cards.delete(k);
+  } else {
+    const id = event.type === "approval" ? event.call.execution_id : event.execution_id;
+    const k = key(event.target, id);
+    state.items.set(k, event);
+    state.cards.set(k, event.type === "approval" ? approvalCard(event) : questionCard(event));
+  }
+  render();
+}
+
+async function start() {
+  const response = await fetch("/api/session", { credentials: "same-origin" });
+  if (response.status === 401) { window.location.reload(); return; }
+  const session = await response.json();
+  state.csrf = session.csrf;
+  state.targets = session.targets;
+  renderTargets();
+  document.getElementById("logout").addEventListener("click", async () => {
+    try { await post("/logout", {}); } finally { window.location.reload(); }
+  });
+  const source = new EventSource("/api/events");
+  source.addEventListener("open", () => {
+    // A (re)connection starts with a full snapshot: forget what was shown.
+    state.items.clear();
+    state.cards.clear();
+    render();
+  });
+  source.addEventListener("message", (message) => handle(JSON.parse(message.data)));
+}
+
+document.addEventListener("DOMContentLoaded", start);

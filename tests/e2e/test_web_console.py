@@ -1,0 +1,402 @@
+"""`callgate console`: the web approval console against two real callgate servers (one per
+"agent pod"), over real HTTP on loopback, and in a real headless browser (Playwright for
+Python driving Debian's chromium; no browser is downloaded)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from callgate.client.web_console import Target, bind
+from callgate.client.web_console import serve as serve_console
+from callgate.v1 import tool_call_pb2 as cpb
+from callgate.v1 import tool_service_pb2 as tpb
+from tests.support.calls import invoke, open_session, prepare, run
+from tests.support.server import Harness, serve
+
+pytestmark = pytest.mark.anyio
+
+CHROMIUM = "/usr/bin/chromium"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@asynccontextmanager
+async def console(*targets: tuple[str, Harness]) -> AsyncIterator[str]:
+    """The console for `targets`, on a free loopback port; yields its URL."""
+    sock = bind("127.0.0.1", 0)
+    urls: list[str] = []
+    listening = anyio.Event()
+    stop = anyio.Event()
+
+    def started(url: str) -> None:
+        urls.append(url)
+        listening.set()
+
+    with anyio.fail_after(60):  # start, the test's own bounded waits, and the stop
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                functools.partial(
+                    serve_console,
+                    [Target(name, h.tcp_target) for name, h in targets],
+                    sock,
+                    started=started,
+                    stop=stop,
+                )
+            )
+            await listening.wait()
+            try:
+                yield urls[0]
+            finally:
+                stop.set()
+
+
+@asynccontextmanager
+async def serve_callgate(path: Path) -> AsyncIterator[Harness]:
+    """A callgate server (one "agent pod") with its workspace and state under `path`."""
+    path.mkdir(exist_ok=True)
+    async with serve(path) as harness:
+        yield harness
+
+
+@asynccontextmanager
+async def two_pods(tmp_path: Path) -> AsyncIterator[tuple[Harness, Harness]]:
+    async with (
+        serve_callgate(tmp_path / "pod-a") as a,
+        serve_callgate(tmp_path / "pod-b") as b,
+    ):
+        yield a, b
+
+
+async def login(client: httpx.AsyncClient, url: str, token: str) -> str:
+    """Log in; return the session's CSRF token."""
+    response = await client.post(url + "login", data={"token": token}, headers={"Origin": url[:-1]})
+    assert response.status_code == 303, response.text
+    session = await client.get(url + "api/session")
+    assert session.status_code == 200
+    csrf = session.json()["csrf"]
+    assert isinstance(csrf, str)
+    return csrf
+
+
+async def gated_write(harness: Harness, path: str, content: str) -> tuple[str, cpb.ToolCall]:
+    stub = harness.stub()
+    session_id = await open_session(stub)
+    call = await prepare(
+        stub, session_id, "WriteFile", {"path": path, "content": content}, evaluate=True
+    )
+    assert call.state == cpb.STATE_AWAITING_APPROVAL
+    return session_id, call
+
+
+async def state_of(harness: Harness, session_id: str, execution_id: str) -> int:
+    got = await harness.stub().GetCall(
+        tpb.GetCallRequest(session_id=session_id, execution_id=execution_id)
+    )
+    return got.call.state
+
+
+async def test_pages_are_locked_down_and_login_needs_an_approver_token(tmp_path: Path) -> None:
+    async with (
+        serve_callgate(tmp_path / "pod") as pod,
+        console(("pod", pod)) as url,
+        httpx.AsyncClient(follow_redirects=False) as client,
+    ):
+        page = await client.get(url)
+        assert page.status_code == 200
+        assert 'name="token"' in page.text  # the login page, nothing else
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'none'" in csp
+        assert "script-src 'self'" in csp
+        assert "frame-ancestors 'none'" in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.headers["cache-control"] == "no-store"
+        assert "http://" not in page.text.replace(url, "")  # no CDN, no remote asset
+        assert (await client.get(url + "api/session")).status_code == 401
+        assert (await client.get(url + "api/events")).status_code == 401
+
+        refused = await client.post(
+            url + "login", data={"token": pod.tokens["agent"]}, headers={"Origin": url[:-1]}
+        )
+        assert refused.status_code == 401
+        assert "approver or admin token" in refused.text
+        assert "set-cookie" not in refused.headers
+        foreign = await client.post(
+            url + "login",
+            data={"token": pod.tokens["approver"]},
+            headers={"Origin": "http://evil.example"},
+        )
+        assert foreign.status_code == 403
+        rebinding = await client.get(url, headers={"Host": "evil.example:80"})
+        assert rebinding.status_code == 421
+
+        ok = await client.post(
+            url + "login", data={"token": pod.tokens["approver"]}, headers={"Origin": url[:-1]}
+        )
+        assert ok.status_code == 303
+        cookie = ok.headers["set-cookie"]
+        assert cookie.startswith("callgate_console=")
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie or "SameSite=Strict" in cookie
+        assert pod.tokens["approver"] not in cookie
+        assert 'src="/static/console.js"' in (await client.get(url)).text
+
+
+async def test_a_decision_without_the_cookie_or_with_a_bad_csrf_token_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    async with (
+        serve_callgate(tmp_path / "pod") as pod,
+        console(("pod", pod)) as url,
+        httpx.AsyncClient() as client,
+    ):
+        session_id, call = await gated_write(pod, "a.txt", "hello")
+        csrf = await login(client, url, pod.tokens["approver"])
+        body = {
+            "target": "pod",
+            "execution_id": call.execution_id,
+            "digest": call.digest,
+            "kind": "once",
+        }
+        async with httpx.AsyncClient() as stranger:  # no cookie
+            response = await stranger.post(
+                url + "api/decide", json=body, headers={"X-CSRF-Token": csrf}
+            )
+            assert response.status_code == 401
+        for headers in ({}, {"X-CSRF-Token": "wrong"}, {"X-CSRF-Token": csrf[:-1]}):
+            response = await client.post(url + "api/decide", json=body, headers=headers)
+            assert response.status_code == 403
+            assert "CSRF" in response.json()["error"]
+        cross = await client.post(
+            url + "api/decide",
+            json=body,
+            headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"},
+        )
+        assert cross.status_code == 403
+        form = await client.post(
+            url + "api/decide",
+            content="kind=once",
+            headers={"X-CSRF-Token": csrf, "Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert form.status_code == 415
+        assert await state_of(pod, session_id, call.execution_id) == cpb.STATE_AWAITING_APPROVAL
+
+        stale = await client.post(
+            url + "api/decide", json={**body, "digest": "0" * 64}, headers={"X-CSRF-Token": csrf}
+        )
+        assert stale.status_code == 409
+        assert stale.json()["reason"] == "DIGEST_MISMATCH"
+        done = await client.post(url + "api/decide", json=body, headers={"X-CSRF-Token": csrf})
+        assert done.status_code == 200
+        assert done.json()["call"]["state"] == "approved"
+        audit = await client.get(
+            url + "api/audit", params={"target": "pod", "execution_id": call.execution_id}
+        )
+        kinds = [event["kind"] for event in audit.json()["events"]]
+        assert "call.prepared" in kinds
+
+
+async def test_the_event_stream_shows_each_pods_calls_with_their_server(tmp_path: Path) -> None:
+    async with (
+        two_pods(tmp_path) as (a, b),
+        console(("pod-a", a), ("pod-b", b)) as url,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        await gated_write(a, "from-a.txt", "A\n")
+        await gated_write(b, "from-b.txt", "B\n")
+        await login(client, url, a.tokens["approver"])  # both pods' approver tokens differ
+        seen: dict[str, str] = {}
+        async with client.stream("GET", url + "api/events") as events:
+            with anyio.fail_after(10):
+                async for line in events.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    event = json.loads(line.removeprefix("data: "))
+                    if event["type"] == "target":
+                        seen[event["target"]] = event["status"]
+                    if event["type"] == "approval":
+                        seen[event["call"]["summary"]] = event["target"]
+                    if "WriteFile from-a.txt" in seen:
+                        break
+        assert seen["pod-a"] == "connected"
+        assert seen["pod-b"] == "refused"  # pod-b has its own approver token
+        assert seen["WriteFile from-a.txt"] == "pod-a"
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+async def test_the_console_in_a_browser_decides_for_two_pods(tmp_path: Path) -> None:
+    """A pending write from each pod appears with its diff and server; approving one in the
+    page lets that agent's Invoke run; denying the other with a note reaches its agent."""
+    async with serve_callgate(tmp_path / "pod-a") as a:
+        share_approver_token(tmp_path / "pod-b", a.tokens["approver"])
+        async with serve_callgate(tmp_path / "pod-b") as b:
+            await decide_in_browser(a, b)
+
+
+def share_approver_token(pod: Path, token: str) -> None:
+    """One approver for the fleet: the pod's generated approver token is `token`."""
+    tokens = pod / "state" / "tokens"
+    tokens.mkdir(parents=True, mode=0o700)
+    (pod / "state").chmod(0o700)
+    descriptor = os.open(tokens / "approver", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token + "\n")
+
+
+async def decide_in_browser(a: Harness, b: Harness) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    if True:
+        stub_a = a.stub()
+        session_a = await open_session(stub_a)
+        (a.workspace / "app.py").write_text("def main():\n    return 1\n")
+        await run(stub_a, session_a, "ReadFile", {"path": "app.py"})
+        write_a = await prepare(
+            stub_a,
+            session_a,
+            "WriteFile",
+            {"path": "app.py", "content": "def main():\n    return 2\n"},
+            evaluate=True,
+        )
+        session_b, write_b = await gated_write(b, "deploy.sh", "#!/bin/sh\nrm -rf /srv/app\n")
+        async with console(("pod-a", a), ("pod-b", b)) as url, async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM,
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--no-first-run",
+                ],
+            )
+            try:
+                page = await browser.new_page(viewport={"width": 1200, "height": 900})
+                await page.goto(url)
+                await page.get_by_test_id("token").fill(a.tokens["approver"])
+                await page.get_by_test_id("login").click()
+                card_a = page.locator(f'[data-execution-id="{write_a.execution_id}"]')
+                card_b = page.locator(f'[data-execution-id="{write_b.execution_id}"]')
+                await expect(card_a).to_be_visible(timeout=10_000)
+                await expect(card_b).to_be_visible(timeout=10_000)
+                await expect(card_a.get_by_test_id("server")).to_have_text("pod-a")
+                await expect(card_b.get_by_test_id("server")).to_have_text("pod-b")
+                await expect(card_a.locator("pre.preview span.del")).to_have_text("-    return 1")
+                await expect(card_a.locator("pre.preview span.add")).to_have_text("+    return 2")
+                await expect(card_b.get_by_test_id("preview")).to_contain_text("rm -rf /srv/app")
+                if os.environ.get("CALLGATE_SCREENSHOTS"):
+                    DOCS.mkdir(exist_ok=True)
+                    await page.screenshot(path=str(DOCS / "console.png"), full_page=True)
+
+                await card_a.get_by_test_id("approve-once").click()
+                await expect(card_a).to_have_count(0, timeout=10_000)
+                result = await invoke(stub_a, session_a, write_a.execution_id)
+                assert not result.result.is_error
+                assert (a.workspace / "app.py").read_text() == "def main():\n    return 2\n"
+
+                await card_b.get_by_test_id("note").fill("not on a Friday")
+                await card_b.get_by_test_id("deny").click()
+                await expect(card_b).to_have_count(0, timeout=10_000)
+                denied = await b.stub().GetCall(
+                    tpb.GetCallRequest(session_id=session_b, execution_id=write_b.execution_id)
+                )
+                assert denied.call.state == cpb.STATE_DENIED
+                assert "not on a Friday" in denied.call.denial.description
+                assert not (b.workspace / "deploy.sh").exists()
+            finally:
+                await browser.close()
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+async def test_a_batch_is_decided_in_one_click_in_the_browser(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        stub = pod.stub()
+        session_id = await open_session(stub)
+        calls = [
+            await prepare(
+                stub,
+                session_id,
+                "WriteFile",
+                {"path": f"{name}.txt", "content": name},
+                evaluate=True,
+                batch_id="turn-42",
+            )
+            for name in ("one", "two", "three")
+        ]
+        async with console(("pod", pod)) as url, async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                page = await browser.new_page()
+                await page.goto(url)
+                await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                await page.get_by_test_id("login").click()
+                batch = page.locator('[data-batch-id="turn-42"]')
+                await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
+                if os.environ.get("CALLGATE_SCREENSHOTS"):
+                    await page.screenshot(path=str(DOCS / "console-batch.png"), full_page=True)
+                await batch.get_by_test_id("approve-batch").click()
+                await expect(batch).to_have_count(0, timeout=10_000)
+            finally:
+                await browser.close()
+        for call in calls:
+            assert await state_of(pod, session_id, call.execution_id) == cpb.STATE_APPROVED
+            assert not (await invoke(stub, session_id, call.execution_id)).result.is_error
+        assert sorted(p.name for p in pod.workspace.iterdir()) == [
+            "one.txt",
+            "three.txt",
+            "two.txt",
+        ]
+
+
+async def test_a_question_is_shown_and_answered_from_the_console(tmp_path: Path) -> None:
+    async with (
+        serve_callgate(tmp_path / "pod") as pod,
+        console(("pod", pod)) as url,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        stub = pod.stub()
+        session_id = await open_session(stub)
+        call = await prepare(
+            stub,
+            session_id,
+            "AskUser",
+            {"question": "Which branch?", "choices": ["main", "dev"]},
+            evaluate=True,
+        )
+        csrf = await login(client, url, pod.tokens["approver"])
+        results: list[tpb.InvokeResponse] = []
+
+        async def ask() -> None:
+            results.append(await invoke(stub, session_id, call.execution_id))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            async with client.stream("GET", url + "api/events") as events:
+                with anyio.fail_after(10):
+                    async for line in events.aiter_lines():
+                        if line.startswith("data: "):
+                            event = json.loads(line.removeprefix("data: "))
+                            if event["type"] == "question":
+                                assert event["question"] == "Which branch?"
+                                assert event["choices"] == ["main", "dev"]
+                                assert event["target"] == "pod"
+                                break
+            answered = await client.post(
+                url + "api/answer",
+                json={"target": "pod", "execution_id": call.execution_id, "answer": "dev"},
+                headers={"X-CSRF-Token": csrf},
+            )
+            assert answered.status_code == 200
+        assert results[0].result.text.endswith("dev")
