@@ -60,6 +60,8 @@ LOGIN_TIMEOUT: Final = 5.0
 HEARTBEAT_SECONDS: Final = 15.0
 MAX_BODY_BYTES: Final = 64 << 10
 AUDIT_PAGE: Final = 200
+MAX_SESSIONS: Final = 32
+"""Logged-in browsers kept at once (each holds a stream per server); the oldest goes first."""
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -282,6 +284,9 @@ class Console:
         assert self._task_group is not None  # the lifespan runs before any request
         view.start(self._task_group)
         key = secrets.token_urlsafe(32)
+        while len(self.sessions) >= MAX_SESSIONS:
+            oldest = min(self.sessions, key=lambda k: self.sessions[k].created)
+            await self.sessions.pop(oldest).view.close()
         self.sessions[key] = ConsoleSession(view)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(

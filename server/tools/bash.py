@@ -279,7 +279,8 @@ class Bash(Tool[BashArguments, BashArtifact]):
             write=write,
             network=network,
         )
-        requirements = self._requirements(artifact)
+        warnings = command_warnings(artifact.command)
+        requirements = self._requirements(artifact, warnings)
         candidates = tuple(
             RuleCandidate(
                 RequirementKind.COMMAND_EXECUTE.value,
@@ -295,10 +296,12 @@ class Bash(Tool[BashArguments, BashArtifact]):
             candidates=candidates,
             command=command,
             working_directory=workdir,
-            preview=self._preview(artifact, ctx.limits.preview_max_bytes),
+            preview=self._preview(artifact, warnings, ctx.limits.preview_max_bytes),
         )
 
-    def _preview(self, artifact: BashArtifact, max_bytes: int) -> Preview:
+    def _preview(
+        self, artifact: BashArtifact, warnings: tuple[str, ...], max_bytes: int
+    ) -> Preview:
         """The command, where and how it runs, what it declared, and the command rules'
         warnings: the approver's view of a Bash call."""
         if self.runner.mode is SandboxMode.BWRAP:
@@ -317,7 +320,6 @@ class Bash(Tool[BashArguments, BashArtifact]):
         ]
         lines.append("declared access:" if declared else "declared access: none")
         lines += declared
-        warnings = command_warnings(artifact.command)
         if warnings:
             lines.append("warning, beyond what its words suggest:")
             lines += [f"- {warning}" for warning in warnings]
@@ -337,7 +339,9 @@ class Bash(Tool[BashArguments, BashArtifact]):
             )
         return args.timeout
 
-    def _requirements(self, artifact: BashArtifact) -> tuple[Requirement, ...]:
+    def _requirements(
+        self, artifact: BashArtifact, warnings: tuple[str, ...]
+    ) -> tuple[Requirement, ...]:
         if self.runner.mode is SandboxMode.BWRAP:
             where = "in the bubblewrap sandbox"
         else:
@@ -347,7 +351,6 @@ class Bash(Tool[BashArguments, BashArtifact]):
             f"run this shell command {how} {where}, working directory "
             f"{artifact.workdir}:\n{artifact.command}"
         )
-        warnings = command_warnings(artifact.command)
         if warnings:
             description += "\nwarning, beyond what its words suggest:" + "".join(
                 f"\n- {warning}" for warning in warnings
