@@ -183,6 +183,9 @@ async def test_approving_once_in_the_terminal_lets_the_agent_write_the_file(
                 assert len(call.digest) == 64
                 assert "WriteFile" in screen
                 assert "filesystem.write" in screen
+                assert "what it would do (content, 2 lines):" in screen
+                assert "│ new file approved.txt (9 bytes):" in screen
+                assert "│ approved" in screen
                 await terminal.type("o")
                 await terminal.shows(f"is now {State.APPROVED.value}")
         assert decided[0].state is State.APPROVED
