@@ -179,14 +179,7 @@ class ClientSession:
                 request_id=request_id or "",
             ),
         )
-        call = call_from_proto(response.call)
-        if response.HasField("result"):
-            result = result_from_proto(response.result)
-        elif call.result is not None:
-            result = call.result
-        else:
-            raise ProtocolError(f"The server answered Invoke of {execution_id} without a result.")
-        return InvokeResult(call=call, result=result)
+        return _invoke_result(response, execution_id)
 
     async def invoke_stream(
         self, execution_id: str, request_id: str | None = None
@@ -276,21 +269,82 @@ class ClientSession:
         """
         if wait is not None and wait < 0:
             raise ValueError("wait must be zero or more seconds")
-        call = await self.prepare(
-            tool,
-            args,
-            loop_id=loop_id,
-            request_id=str(uuid.uuid4()),
-            evaluate=True,
-            batch_id=batch_id,
-        )
+        invoke_request_id = str(uuid.uuid4())
+        if self._transport.pipelines:
+            call, invoked = await self._pipelined(tool, args, loop_id, batch_id, invoke_request_id)
+            if invoked is not None:
+                return invoked.result
+        else:
+            call = await self.prepare(
+                tool,
+                args,
+                loop_id=loop_id,
+                request_id=str(uuid.uuid4()),
+                evaluate=True,
+                batch_id=batch_id,
+            )
         call = await self._until_decided(call, wait)
         if call.state is State.DENIED:
             raise CallDeniedError(call)
         # Any other state goes to Invoke: the server is the authority on whether it may run
-        # and answers with the precise reason (expired, cancelled, ...) if not.
-        invoked = await self.invoke(call.execution_id, request_id=str(uuid.uuid4()))
-        return invoked.result
+        # and answers with the precise reason (expired, cancelled, ...) if not. The request
+        # ID is the pipelined Invoke's: if that one did start (its answer lost), this returns
+        # its outcome instead of running the call again.
+        invoked_now = await self.invoke(call.execution_id, request_id=invoke_request_id)
+        return invoked_now.result
+
+    async def _pipelined(
+        self,
+        tool: str,
+        args: Mapping[str, object] | str,
+        loop_id: str,
+        batch_id: str,
+        invoke_request_id: str,
+    ) -> tuple[ToolCall, InvokeResult | None]:
+        """Prepare (with an execution ID chosen here) and the Invoke naming it, sent back to
+        back on the Exchange stream: one round trip for an allowed call. The server takes
+        them in order, so the Invoke runs only if the call is APPROVED by then; otherwise it
+        fails with no effect, and the caller goes the usual way from the prepared call."""
+        execution_id = "call_" + uuid.uuid4().hex
+        prepare_request = tool_service_pb2.PrepareRequest(
+            session_id=self.session_id,
+            loop_id=loop_id,
+            tool_name=tool,
+            arguments_json=encode_arguments(args),
+            request_id=str(uuid.uuid4()),
+            evaluate=True,
+            batch_id=batch_id,
+            execution_id=execution_id,
+        )
+        invoke_request = tool_service_pb2.InvokeRequest(
+            session_id=self.session_id, execution_id=execution_id, request_id=invoke_request_id
+        )
+        invoked: list[tool_service_pb2.InvokeResponse] = []
+
+        async def invoke() -> None:
+            # Refused when the call is not APPROVED (or, after a reconnection, not known
+            # yet): the caller then waits for a decision and invokes again.
+            with suppress(CallgateClientError):
+                invoked.append(
+                    await self._transport.operation(INVOKE, self._stub.Invoke, invoke_request)
+                )
+
+        failed: CallgateClientError | None = None
+        async with anyio.create_task_group() as group:
+            # Awaited here, after the Invoke task is only scheduled: the Prepare's message is
+            # queued first on the stream.
+            prepared = self._transport.operation(PREPARE, self._stub.Prepare, prepare_request)
+            group.start_soon(invoke)
+            try:
+                response = await prepared
+            except CallgateClientError as error:
+                failed = error  # raised once the Invoke (refused: no such call) is answered
+        if failed is not None:
+            raise failed
+        call = call_from_proto(response.call)
+        if not invoked:
+            return call, None
+        return call, _invoke_result(invoked[0], execution_id)
 
     async def _until_decided(self, call: ToolCall, wait: float | None) -> ToolCall:
         """Calls Approve until the call leaves PREPARED / AWAITING_APPROVAL or `wait` runs out."""
@@ -321,6 +375,17 @@ class ClientSession:
             # Decided or gone meanwhile: nothing is left to withdraw.
             with suppress(CallgateClientError):
                 await self.cancel(call.execution_id)
+
+
+def _invoke_result(response: tool_service_pb2.InvokeResponse, execution_id: str) -> InvokeResult:
+    call = call_from_proto(response.call)
+    if response.HasField("result"):
+        result = result_from_proto(response.result)
+    elif call.result is not None:
+        result = call.result
+    else:
+        raise ProtocolError(f"The server answered Invoke of {execution_id} without a result.")
+    return InvokeResult(call=call, result=result)
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:

@@ -21,6 +21,25 @@ def check_request_id(request_id: str) -> None:
 
 
 _BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_CLIENT_EXECUTION_ID = re.compile(r"call_[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}")
+
+
+def check_client_execution_id(execution_id: str) -> None:
+    """A client-chosen execution ID (PrepareRequest.execution_id): `call_` and a version 4
+    UUID in lower-case hex, so that it has 122 random bits like the ones the server mints."""
+    if execution_id and _CLIENT_EXECUTION_ID.fullmatch(execution_id) is None:
+        raise request_invalid(
+            "execution_id",
+            'a client-chosen execution_id is "call_" and a random UUID in lower-case hex '
+            "without dashes (uuid4().hex)",
+        )
+
+
+def execution_id_exists() -> AlreadyExists:
+    return AlreadyExists(
+        "EXECUTION_ID_EXISTS",
+        "A call with that execution_id exists; choose a new random one (uuid4().hex).",
+    )
 
 
 def check_batch_id(batch_id: str) -> None:
@@ -31,10 +50,22 @@ def check_batch_id(batch_id: str) -> None:
 
 
 def request_fingerprint(
-    loop_id: str, tool_name: str, arguments_json: str, evaluate: bool, batch_id: str = ""
+    loop_id: str,
+    tool_name: str,
+    arguments_json: str,
+    evaluate: bool,
+    batch_id: str = "",
+    execution_id: str = "",
 ) -> str:
     h = hashlib.sha256()
-    for part in (loop_id, tool_name, arguments_json, "1" if evaluate else "0", batch_id):
+    for part in (
+        loop_id,
+        tool_name,
+        arguments_json,
+        "1" if evaluate else "0",
+        batch_id,
+        execution_id,
+    ):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()

@@ -23,7 +23,9 @@ from .board import ApprovalBoard
 from .call_checks import (
     call_error,
     check_batch_id,
+    check_client_execution_id,
     check_request_id,
+    execution_id_exists,
     outside_allowed_roots,
     request_fingerprint,
     request_id_conflict,
@@ -228,6 +230,7 @@ class Lifecycle:
         request_id: str,
         evaluate: bool,
         batch_id: str = "",
+        execution_id: str = "",
     ) -> CallSnapshot:
         self._check_accepting()
         started = time.perf_counter()
@@ -235,10 +238,11 @@ class Lifecycle:
         loop = self._loop(session, loop_id)
         check_request_id(request_id)
         check_batch_id(batch_id)
+        check_client_execution_id(execution_id)
         fingerprint = ""
         if request_id:
             fingerprint = request_fingerprint(
-                loop.loop_id, tool_name, arguments_json, evaluate, batch_id
+                loop.loop_id, tool_name, arguments_json, evaluate, batch_id, execution_id
             )
             seen = session.prepare_requests.get(request_id)
             if seen is not None:
@@ -248,6 +252,8 @@ class Lifecycle:
                 if record is not None:
                     self.decisions.refresh(record)
                     return record.snapshot()
+        if execution_id in self._calls_by_id:
+            raise execution_id_exists()
         tool = self.tools.get(tool_name)
         if session.open_calls >= self.settings.max_open_calls_per_session:
             for old in list(session.calls.values()):
@@ -265,7 +271,7 @@ class Lifecycle:
         self._make_room(self.retention.check(session.session_id, size))
         now = self.clock.now()
         record = CallRecord(
-            execution_id=new_id("call_"),
+            execution_id=execution_id or new_id("call_"),
             session_id=session.session_id,
             loop_id=loop.loop_id,
             tool_name=tool.name,

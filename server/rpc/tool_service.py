@@ -102,6 +102,7 @@ class ToolServicer:
             request.request_id,
             request.evaluate,
             request.batch_id,
+            request.execution_id,
         )
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 

@@ -263,3 +263,46 @@ async def test_a_server_without_exchange_is_asked_once_then_served_unary(
     assert first == second
     assert service.exchange_attempts == 1
     assert len(service.requests("Prepare")) == len(service.requests("Invoke")) == 2
+
+
+async def test_run_pipelines_prepare_and_invoke_once_the_server_has_exchange(
+    harness: Harness,
+) -> None:
+    """Once the stream has answered, `run` sends Prepare (with an execution ID it chose) and
+    the Invoke naming it back to back: an allowed call runs; a gated one waits for the
+    approver and then runs once; a denied one raises CallDeniedError and never runs."""
+    from callgate.client import CallDeniedError
+    from callgate.v1 import approval_service_pb2 as apb
+    from tests.support.approvals import Watcher, approver, decide
+
+    (harness.workspace / ".env").write_text("SECRET=1\n")
+    async with _client(harness) as client:
+        with anyio.fail_after(10):
+            session = await client.open_session()
+            first = await session.run("ReadFile", {"path": "README.md"})  # proves the stream
+            second = await session.run("ReadFile", {"path": "README.md"})
+            assert first.text == second.text
+            watcher = Watcher(approver(harness))
+            results: list[str] = []
+
+            async def write() -> None:
+                results.append(
+                    (await session.run("WriteFile", {"path": "w.txt", "content": "w"})).text
+                )
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(write)
+                pending = await watcher.approval()
+                await decide(approver(harness), pending.call, apb.DECISION_KIND_APPROVE_ONCE)
+            watcher.cancel()
+            with pytest.raises(CallDeniedError):
+                await session.run("ReadFile", {"path": ".env"})
+    assert results == ["wrote w.txt (1 bytes)"]
+    assert (harness.workspace / "w.txt").read_text() == "w"
+    listed = await harness.stub().ListCalls(
+        tool_service_pb2.ListCallsRequest(session_id=session.session_id)
+    )
+    chosen = [c for c in listed.calls if len(c.execution_id) == 37 and c.execution_id[5:].isalnum()]
+    assert {c.tool_name for c in chosen} == {"ReadFile", "WriteFile"}  # all but the first
+    assert len(listed.calls) == 4
+    assert pending.call.execution_id in {c.execution_id for c in chosen}

@@ -286,6 +286,7 @@ class PrepareRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EVALUATE_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     loop_id: _builtins.str
     """Empty: the session's default loop."""
@@ -306,6 +307,17 @@ class PrepareRequest(_message.Message):
     Up to 64 characters of [A-Za-z0-9._:-]; a call in a batch is shown with it (and covered
     by its digest). Empty: the call stands alone.
     """
+    execution_id: _builtins.str
+    """Optional: the execution ID the call gets, chosen by the client (the AIP-133 pattern), so
+    that the client can send the Invoke naming it right behind this Prepare on the same
+    Exchange stream, without waiting for the answer. It must be "call_" followed by a random
+    (version 4) UUID in lower-case hex without dashes, e.g. "call_9f0c…" (32 hex digits),
+    and no call the server holds may have it (ALREADY_EXISTS / EXECUTION_ID_EXISTS), except
+    a repeat of this Prepare with the same request_id. Empty: the server mints the ID.
+    The server takes a stream's messages in order: such an Invoke meets this call settled
+    (with evaluate, APPROVED, DENIED or AWAITING_APPROVAL), and runs only if it is APPROVED
+    at that moment; otherwise it fails as any Invoke of that call would, with no effect.
+    """
     def __init__(
         self,
         *,
@@ -316,10 +328,11 @@ class PrepareRequest(_message.Message):
         request_id: _builtins.str = ...,
         evaluate: _builtins.bool = ...,
         batch_id: _builtins.str = ...,
+        execution_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "execution_id", b"execution_id", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
