@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import anyio
@@ -88,10 +88,12 @@ class CallRecord:
     on_terminal: Callable[[], None] | None = None
     cancel_scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
-    # Set when the call reaches a terminal state (waiters for an Invoke replay).
-    finished: anyio.Event = field(default_factory=anyio.Event)
-    # Set on the first decision (approved, denied, cancelled, expired), for Approve(wait).
-    decided: anyio.Event = field(default_factory=anyio.Event)
+    # Events made only when someone waits (most calls are never waited on, and an anyio
+    # Event costs a backend lookup): `finished_event` (a terminal state, for an Invoke replay)
+    # and `decided_event` (the first decision, for Approve(wait)).
+    _finished: anyio.Event | None = None
+    _decided: anyio.Event | None = None
+    was_decided: bool = False
     # What the approver is shown for a command (Prepared.command / working_directory).
     command: str = ""
     working_directory: str = ""
@@ -131,6 +133,22 @@ class CallRecord:
             preview=self.preview,
         )
 
+    def finished_event(self) -> anyio.Event:
+        """An event set once the call is in a terminal state (already set if it is)."""
+        if self._finished is None:
+            self._finished = anyio.Event()
+            if self.state.is_terminal:
+                self._finished.set()
+        return self._finished
+
+    def decided_event(self) -> anyio.Event:
+        """An event set at the call's first decision (already set if it was decided)."""
+        if self._decided is None:
+            self._decided = anyio.Event()
+            if self.was_decided:
+                self._decided.set()
+        return self._decided
+
     def changed(self) -> anyio.Event:
         """An event set at the next state change (take it before reading the state)."""
         event = self._changed
@@ -146,11 +164,14 @@ class CallRecord:
         if state.is_terminal:
             self.deadline = None
             self.cancel_scope = None
-            self.finished.set()
+            if self._finished is not None:
+                self._finished.set()
             if not was_terminal and self.on_terminal is not None:
                 self.on_terminal()
         if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
-            self.decided.set()
+            self.was_decided = True
+            if self._decided is not None:
+                self._decided.set()
         if self.on_change is not None:
             self.on_change(self, previous)
         if previous is State.AWAITING_APPROVAL and self.on_unpending is not None:

@@ -331,7 +331,7 @@ class Lifecycle:
             if record.deadline is not None:
                 deadline = min(deadline, record.deadline)
             with anyio.move_on_after(max(0.0, deadline - self.clock.monotonic())):
-                await record.decided.wait()
+                await record.decided_event().wait()
             self.decisions.refresh(record)
         if record.state is State.EXPIRED:
             raise call_error(record)
@@ -361,7 +361,7 @@ class Lifecycle:
         record = self._call(session, execution_id)
         if request_id and record.invoke_request_id == request_id:
             # A retry of an Invoke that already started: never run again; return its outcome.
-            await record.finished.wait()
+            await record.finished_event().wait()
             return record.snapshot()
         if record.state is not State.APPROVED:
             raise call_error(record)

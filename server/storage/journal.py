@@ -308,6 +308,8 @@ class SqliteJournal:
             while True:
                 await self._wake.wait()
                 self._wake = anyio.Event()
+                if not self._pending:
+                    continue  # committed meanwhile by the RPC that recorded it (the fast path)
                 try:
                     await self.flush()
                 except Exception:
