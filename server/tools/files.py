@@ -8,7 +8,6 @@ Overwriting needs a full read by the same loop whose SHA-256 still matches (`sta
 
 from __future__ import annotations
 
-import difflib
 import errno
 import functools
 import hashlib
@@ -30,7 +29,7 @@ from callgate.server.core.models import (
     RuleCandidate,
     ToolResult,
 )
-from callgate.server.core.preview import content_preview
+from callgate.server.core.preview import changed_window, content_preview, matched_hunks
 from callgate.server.core.preview import diff_preview as preview_diff
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
@@ -688,38 +687,11 @@ def _clip_line(line: str) -> str:
 
 def diff_preview(before: str, after: str) -> str:
     """A compact unified diff (hunk headers and changed lines, 2 lines of context), capped."""
-    old = before.split("\n")
-    new = after.split("\n")
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
-    low = max(0, head - DIFF_CONTEXT_LINES)
-    keep_tail = max(0, tail - DIFF_CONTEXT_LINES)
-    old_window = old[low : len(old) - keep_tail]
-    new_window = new[low : len(new) - keep_tail]
-    if max(len(old_window), len(new_window)) > DIFF_MAX_WINDOW_LINES:
-        return f"(no diff preview: the change spans about {len(new_window)} lines)"
-    matcher = difflib.SequenceMatcher(None, old_window, new_window, autojunk=False)
-    out: list[str] = []
-    for group in matcher.get_grouped_opcodes(DIFF_CONTEXT_LINES):
-        first, last = group[0], group[-1]
-        old_start, old_end = first[1], last[2]
-        new_start, new_end = first[3], last[4]
-        out.append(
-            f"@@ -{low + old_start + 1},{old_end - old_start} "
-            f"+{low + new_start + 1},{new_end - new_start} @@"
-        )
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                out.extend(" " + _clip_line(line) for line in old_window[i1:i2])
-                continue
-            if tag in ("replace", "delete"):
-                out.extend("-" + _clip_line(line) for line in old_window[i1:i2])
-            if tag in ("replace", "insert"):
-                out.extend("+" + _clip_line(line) for line in new_window[j1:j2])
+    window = changed_window(before.split("\n"), after.split("\n"), DIFF_CONTEXT_LINES)
+    if window is not None and window.span > DIFF_MAX_WINDOW_LINES:
+        return f"(no diff preview: the change spans about {len(window.new)} lines)"
+    hunks = () if window is None else matched_hunks(window, DIFF_CONTEXT_LINES)
+    out = [line[0] + _clip_line(line[1:]) if not line.startswith("@@") else line for line in hunks]
     shown: list[str] = []
     size = 0
     for line in out:

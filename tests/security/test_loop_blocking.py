@@ -28,7 +28,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient
 from callgate.server.core.commands import Family, command_allowed, command_denied
+from callgate.server.core.preview import diff_preview as preview_diff
 from callgate.server.core.shell_parse import parse_command
+from callgate.server.tools.files import diff_preview as files_diff
 from callgate.server.tools.search_patterns import compile_grep_regex
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
@@ -209,3 +211,18 @@ def test_a_huge_command_is_not_read_and_so_fails_closed(command: str) -> None:
     families = [Family(("git", "log")), Family(("a",))]
     assert not command_allowed(command, (), families)
     assert command_denied(command, (), [Family(("rm",))])
+
+
+def test_a_diff_of_lines_repeated_by_design_is_not_quadratic() -> None:
+    """An agent reads a file of 1,900 "ab" lines, then writes (or edits it into) alternating
+    "ab"/"ba" lines: difflib without autojunk matched those for over 100 s on the loop (the
+    WriteFile preview at Prepare, and EditFile's result diff). One diff engine
+    (core/preview.py) serves both and never does that."""
+    before, after = "ab\n" * 1900, "ab\nba\n" * 950
+    started = time.monotonic()
+    preview = preview_diff("f.txt", before, after, 64 << 10)
+    result = files_diff(before, after)
+    assert time.monotonic() - started < 2.0  # did not hang (it took minutes)
+    assert preview.text.startswith("--- a/f.txt\n+++ b/f.txt\n@@ ")
+    assert "+ba" in preview.text
+    assert result.startswith("@@ -1,1901 +1,1901 @@\n")  # correct, if not minimal
