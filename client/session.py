@@ -143,17 +143,30 @@ class ClientSession:
         response = await self._transport.operation(
             PREPARE,
             self._stub.Prepare,
-            tool_service_pb2.PrepareRequest(
-                session_id=self.session_id,
-                loop_id=loop_id,
-                tool_name=tool,
-                arguments_json=encode_arguments(args),
-                request_id=request_id or "",
-                evaluate=evaluate,
-                batch_id=batch_id,
-            ),
+            self._prepare_request(tool, args, loop_id, request_id or "", evaluate, batch_id),
         )
         return call_from_proto(response.call)
+
+    def _prepare_request(
+        self,
+        tool: str,
+        args: Mapping[str, object] | str,
+        loop_id: str,
+        request_id: str,
+        evaluate: bool,
+        batch_id: str,
+        execution_id: str = "",
+    ) -> tool_service_pb2.PrepareRequest:
+        return tool_service_pb2.PrepareRequest(
+            session_id=self.session_id,
+            loop_id=loop_id,
+            tool_name=tool,
+            arguments_json=encode_arguments(args),
+            request_id=request_id,
+            evaluate=evaluate,
+            batch_id=batch_id,
+            execution_id=execution_id,
+        )
 
     async def approve(self, execution_id: str, wait: float | None = None) -> ToolCall:
         """Asks the gate to decide a call; waits up to `wait` seconds (at most 60) for a human."""
@@ -306,15 +319,8 @@ class ClientSession:
         them in order, so the Invoke runs only if the call is APPROVED by then; otherwise it
         fails with no effect, and the caller goes the usual way from the prepared call."""
         execution_id = "call_" + uuid.uuid4().hex
-        prepare_request = tool_service_pb2.PrepareRequest(
-            session_id=self.session_id,
-            loop_id=loop_id,
-            tool_name=tool,
-            arguments_json=encode_arguments(args),
-            request_id=str(uuid.uuid4()),
-            evaluate=True,
-            batch_id=batch_id,
-            execution_id=execution_id,
+        prepare_request = self._prepare_request(
+            tool, args, loop_id, str(uuid.uuid4()), True, batch_id, execution_id
         )
         invoke_request = tool_service_pb2.InvokeRequest(
             session_id=self.session_id, execution_id=execution_id, request_id=invoke_request_id

@@ -81,13 +81,17 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_target(args: argparse.Namespace) -> str:
+    """$CALLGATE_TARGET, else the socket in the state directory."""
+    return (
+        os.environ.get("CALLGATE_TARGET")
+        or f"unix://{_state_dir(args).resolve() / 'callgate.sock'}"
+    )
+
+
 def _client_settings(args: argparse.Namespace) -> tuple[str, str]:
     state_dir = _state_dir(args)
-    target = (
-        args.target
-        or os.environ.get("CALLGATE_TARGET")
-        or f"unix://{state_dir.resolve() / 'callgate.sock'}"
-    )
+    target = args.target or _default_target(args)
     token = os.environ.get("CALLGATE_TOKEN", "")
     token_file = args.token_file or (str(state_dir / "tokens" / args.role) if not token else None)
     if token_file:
@@ -212,7 +216,7 @@ def _console(args: argparse.Namespace) -> int:
 
     try:
         targets = [parse_target(text) for text in args.targets] or [
-            Target("local", _client_settings_target(args))
+            Target("local", _default_target(args))
         ]
         host, port = parse_http_address(args.listen)
     except ValueError as exc:
@@ -241,13 +245,6 @@ def _console(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
-
-
-def _client_settings_target(args: argparse.Namespace) -> str:
-    return (
-        os.environ.get("CALLGATE_TARGET")
-        or f"unix://{_state_dir(args).resolve() / 'callgate.sock'}"
-    )
 
 
 def _mcp(args: argparse.Namespace) -> int:

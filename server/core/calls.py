@@ -93,7 +93,6 @@ class CallRecord:
     # and `decided_event` (the first decision, for Approve(wait)).
     _finished: anyio.Event | None = None
     _decided: anyio.Event | None = None
-    was_decided: bool = False
     # What the approver is shown for a command (Prepared.command / working_directory).
     command: str = ""
     working_directory: str = ""
@@ -145,7 +144,7 @@ class CallRecord:
         """An event set at the call's first decision (already set if it was decided)."""
         if self._decided is None:
             self._decided = anyio.Event()
-            if self.was_decided:
+            if self.state not in _UNDECIDED:
                 self._decided.set()
         return self._decided
 
@@ -168,10 +167,8 @@ class CallRecord:
                 self._finished.set()
             if not was_terminal and self.on_terminal is not None:
                 self.on_terminal()
-        if state in (State.APPROVED, State.DENIED, State.CANCELLED, State.EXPIRED):
-            self.was_decided = True
-            if self._decided is not None:
-                self._decided.set()
+        if self._decided is not None and state not in _UNDECIDED:
+            self._decided.set()
         if self.on_change is not None:
             self.on_change(self, previous)
         if previous is State.AWAITING_APPROVAL and self.on_unpending is not None:
@@ -184,3 +181,5 @@ class CallRecord:
 
 
 _EXPIRING = frozenset({State.PREPARED, State.APPROVED})
+# A call in any other state has been decided (RUNNING and after imply APPROVED).
+_UNDECIDED = frozenset({State.PREPARED, State.AWAITING_APPROVAL})

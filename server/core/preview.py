@@ -57,11 +57,11 @@ _SUSPECT: Final = re.compile(r"[^\t\n\x20-\x7e]")
 _HIDDEN_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
+def _escaped(char: str) -> str | None:
+    """The escape of a hidden or terminal-controlling character; None for any other."""
     category = unicodedata.category(char)
     if category not in _HIDDEN_CATEGORIES and not (category == "Zs" and char != " "):
-        return char
+        return None
     code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"
@@ -75,10 +75,17 @@ def escape(text: str) -> tuple[str, int]:
     kept), and how many characters were escaped."""
     if _SUSPECT.search(text) is None:
         return text, 0
-    escaped = _SUSPECT.sub(_escaped, text)
-    # Each escape is 4, 6 or 10 characters for one; letters that stay add nothing.
-    count = sum(1 for m in _SUSPECT.finditer(text) if _escaped(m) != m.group())
-    return escaped, count
+    count = 0
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal count
+        escaped = _escaped(match.group())
+        if escaped is None:
+            return match.group()  # a letter or mark outside ASCII: shown as it is
+        count += 1
+        return escaped
+
+    return _SUSPECT.sub(replace, text), count
 
 
 def _utf8_size(line: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 
 import anyio
 import grpc
@@ -25,6 +26,33 @@ def new_execution_id() -> str:
     return "call_" + uuid.uuid4().hex
 
 
+def prepare_message(
+    message_id: int,
+    session_id: str,
+    tool: str,
+    arguments: Mapping[str, object],
+    execution_id: str,
+    *,
+    evaluate: bool = True,
+) -> tpb.ExchangeRequest:
+    return tpb.ExchangeRequest(
+        id=message_id,
+        prepare=tpb.PrepareRequest(
+            session_id=session_id,
+            tool_name=tool,
+            arguments_json=json.dumps(arguments),
+            evaluate=evaluate,
+            execution_id=execution_id,
+        ),
+    )
+
+
+def invoke_message(message_id: int, session_id: str, execution_id: str) -> tpb.ExchangeRequest:
+    return tpb.ExchangeRequest(
+        id=message_id, invoke=tpb.InvokeRequest(session_id=session_id, execution_id=execution_id)
+    )
+
+
 async def pipelined(
     harness: Harness,
     session_id: str,
@@ -38,22 +66,9 @@ async def pipelined(
     execution_id = execution_id or new_execution_id()
     stream = harness.stub().Exchange()
     await stream.write(
-        tpb.ExchangeRequest(
-            id=1,
-            prepare=tpb.PrepareRequest(
-                session_id=session_id,
-                tool_name=tool,
-                arguments_json=json.dumps(arguments),
-                evaluate=evaluate,
-                execution_id=execution_id,
-            ),
-        )
+        prepare_message(1, session_id, tool, arguments, execution_id, evaluate=evaluate)
     )
-    await stream.write(
-        tpb.ExchangeRequest(
-            id=2, invoke=tpb.InvokeRequest(session_id=session_id, execution_id=execution_id)
-        )
-    )
+    await stream.write(invoke_message(2, session_id, execution_id))
     await stream.done_writing()
     answers: dict[int, tpb.ExchangeResponse] = {}
     with anyio.fail_after(10):
@@ -119,24 +134,8 @@ async def test_many_pipelined_pairs_each_meet_their_own_settled_call(harness: Ha
         ):
             execution_id = new_execution_id()
             ids.append((tool, execution_id))
-            await stream.write(
-                tpb.ExchangeRequest(
-                    id=next_id,
-                    prepare=tpb.PrepareRequest(
-                        session_id=session_id,
-                        tool_name=tool,
-                        arguments_json=json.dumps(args),
-                        evaluate=True,
-                        execution_id=execution_id,
-                    ),
-                )
-            )
-            await stream.write(
-                tpb.ExchangeRequest(
-                    id=next_id + 1,
-                    invoke=tpb.InvokeRequest(session_id=session_id, execution_id=execution_id),
-                )
-            )
+            await stream.write(prepare_message(next_id, session_id, tool, args, execution_id))
+            await stream.write(invoke_message(next_id + 1, session_id, execution_id))
             next_id += 2
     await stream.done_writing()
     answers: dict[int, tpb.ExchangeResponse] = {}
