@@ -1,4 +1,4 @@
-"""InvokeStream's output: buffered so a command never waits for its reader, written by one task.
+"""InvokeStream's output: buffered, paced by a reader that keeps reading, written by one task.
 
 grpc.aio allows one pending write per stream. The command's output pump used to write each
 chunk itself and so waited for the reader; when the command ended, its pump was cancelled
@@ -7,11 +7,13 @@ mid-write after a short drain and the final message was written on top of the pe
 
 Now the pump only appends to this stream's buffer and one writer task sends the chunks in
 order, then the final message. The buffer is bounded per stream (`limits.stream_buffer_bytes`)
-and server-wide (`limits.stream_buffer_total_bytes`); a reader that falls further behind loses
-the stream — the buffer is dropped at once and, when the call has ended, the RPC ends with
-RESOURCE_EXHAUSTED `STREAM_BACKLOG` — while the call itself runs to its end unaffected (its
-result is in GetCall). A reader that takes no message for `STALL_SECONDS` after the call ended
-gets the same answer, so a stream nobody reads does not stay open forever.
+and server-wide (`limits.stream_buffer_total_bytes`). When it is full the pump waits for the
+reader, as a terminal makes a program wait (the command blocks writing its pipe), but only
+while the reader keeps taking messages: one that takes none for `READER_WAIT_SECONDS` while the
+buffer is full loses the stream — the buffer is dropped at once and, when the call has ended,
+the RPC ends with RESOURCE_EXHAUSTED `STREAM_BACKLOG` — while the call itself runs to its end
+unaffected (its result is in GetCall). A reader that takes no message for `STALL_SECONDS` after
+the call ended gets the same answer, so a stream nobody reads does not stay open forever.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ Final = TypeVar("Final")
 MESSAGE_BYTES = 1 << 20
 # After the call ended: how long the reader may take no message before the stream is ended.
 STALL_SECONDS = 30.0
+# While the buffer is full: how long the command's output waits for the reader to take one
+# message before the stream is given up (a reader that keeps reading paces the command).
+READER_WAIT_SECONDS = 1.0
 
 
 class StreamBudget:
@@ -96,23 +101,33 @@ class OutputStream(Generic[Final]):
         await self._context.write(final_message(outcome))
 
     async def emit(self, data: bytes) -> None:
-        """The command's output sink: buffers `data` and returns at once."""
+        """The command's output sink: buffers `data`; waits while the buffer is full and the
+        reader keeps taking messages, else gives the stream up (never the call)."""
         if self.overflowed or not data:
             return
         budget = self._budget
-        if (
+        while (
             self._buffered + len(data) > budget.per_stream
             or budget.buffered + len(data) > budget.total
         ):
-            # The reader is too far behind: drop the stream's output (not the call).
-            self.overflowed = True
-            self._drop()
-            self._wake.set()
-            return
+            if self._buffered == 0 or not await self._reader_took_one():
+                # The reader is too far behind: drop the stream's output (not the call).
+                self.overflowed = True
+                self._drop()
+                self._wake.set()
+                return
         self._chunks.append(data)
         self._buffered += len(data)
         budget.buffered += len(data)
         self._wake.set()
+
+    async def _reader_took_one(self) -> bool:
+        """True when the writer delivers a message within READER_WAIT_SECONDS."""
+        self._progress = anyio.Event()
+        with anyio.move_on_after(READER_WAIT_SECONDS):
+            await self._progress.wait()
+            return not self.overflowed
+        return False
 
     async def _write_chunks(self, done: anyio.Event) -> None:
         """The stream's only writer: one pending write at a time, chunks in order."""

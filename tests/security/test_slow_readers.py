@@ -7,6 +7,7 @@ INTERNAL (`GRPC_CALL_ERROR_TOO_MANY_OPERATIONS`) although the call SUCCEEDED. No
 writes each stream, output is buffered (bounded per stream and server-wide) so the command
 never waits for the reader, and a reader that falls too far behind gets RESOURCE_EXHAUSTED
 `STREAM_BACKLOG` — every byte otherwise, never INTERNAL, and the call's outcome unaffected.
+A reader that keeps reading paces the command instead (it waits on its pipe, as with a terminal).
 """
 
 from __future__ import annotations
@@ -83,6 +84,31 @@ async def test_a_reader_that_pauses_gets_every_byte_and_the_outcome(tmp_path: Pa
         assert final is not None
         assert final.finished.state == cpb.STATE_SUCCEEDED
         assert received == size
+
+
+@bwrap_only[0]
+@bwrap_only[1]
+async def test_a_reader_that_keeps_reading_paces_the_command_and_gets_every_byte(
+    tmp_path: Path,
+) -> None:
+    """Output far bigger than the stream's buffer, produced far faster than any reader takes
+    it: the command waits for a reader that keeps reading (as a terminal makes it wait)
+    instead of the stream being given up."""
+    limits = {"stream_buffer_bytes": 1 * MIB}
+    async with serve(
+        tmp_path, sandbox="bwrap", access={"command": "allow"}, limits=limits
+    ) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        size = 64 * MIB
+        received, final, error = await stream(
+            stub, session, f"head -c {size} /dev/zero | tr '\\0' c", pause=0.5
+        )
+        assert error is None, (error.code(), error.details()) if error else None
+        assert final is not None
+        assert final.finished.state == cpb.STATE_SUCCEEDED
+        assert received == size
+        assert harness.app.tool_servicer.stream_budget.buffered == 0
 
 
 @bwrap_only[0]
