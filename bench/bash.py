@@ -8,10 +8,11 @@ Measured on one plain asyncio loop against a real `callgate serve --sandbox bwra
       (Prepare with evaluate, then Invoke), sampled interleaved with (s);
   (t) streaming `head -c 200M /dev/zero` through InvokeStream: MB/s from Invoke to the
       finished call, the best of a few runs.
-Diagnostics, alternating with (s) again in a loop of their own: (l) with the sandbox lifeline,
-(f) with the seccomp filter (a fresh pipe holding the program, `--seccomp FD`); the server's
-(b) has both.
-Targets: (b) at most 3 ms above (s) at the median; (t) at least 100 MB/s.
+Diagnostics, alternating with (s) again in a loop of their own: (r) the server's runner alone
+in this process (BwrapRunner.start and the foreground wait: start gate, cgroups, rlimits,
+seccomp, watchdog), (l) with the per-command lifeline (the fallback without cgroups), (f) with
+the seccomp filter (a fresh pipe holding the program, `--seccomp FD`).
+Targets: (b) at most 2 ms above (s) at the median (issue 15); (t) at least 100 MB/s.
 
 Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
 """
@@ -38,9 +39,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from callgate.client import CallgateClient
 from callgate.client.models import ToolCall
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
+from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.sandbox.seccomp import SeccompProgram, build_program
+from callgate.server.tools.command_output import run_foreground
 from callgate.server.tools.command_spec import CommandSettings, command_env
 
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
@@ -49,7 +52,7 @@ STREAM_BYTES: Final = 200 << 20
 START_TIMEOUT: Final = 20.0
 CALL_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 5.0
-TARGET_OVERHEAD_MS: Final = 3.0
+TARGET_OVERHEAD_MS: Final = 2.0
 TARGET_STREAM_MBPS: Final = 100.0
 
 
@@ -146,16 +149,15 @@ async def wait_until_serving(process: asyncio.subprocess.Process, target: str, l
             await asyncio.sleep(0.05)
 
 
-def bare_argv(root: Path, bwrap: str) -> list[str]:
-    """The argv the server's runner builds for `true` in this workspace (same mounts, same
-    namespaces), without the --info-fd report."""
+def bare_spec(root: Path) -> CommandSpec:
+    """The spec the server's runner gets for `true` in this workspace (same mounts)."""
     private = root / "bare"
     home, tmp = private / "home", private / "tmp"
-    home.mkdir(parents=True)
-    tmp.mkdir()
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(exist_ok=True)
     workspace = str(root / "ws")
     homes = {os.path.realpath(os.path.expanduser("~"))} - {"/"}
-    spec = CommandSpec(
+    return CommandSpec(
         command="true",
         workdir=workspace,
         workspace=workspace,
@@ -165,7 +167,19 @@ def bare_argv(root: Path, bwrap: str) -> list[str]:
         hidden_dirs=(str(root / "state"), *sorted(homes)),
         masked_paths=(str(root / "cg.sock"),),
     )
-    return BwrapRunner(bwrap).argv(spec)
+
+
+def bare_argv(root: Path, bwrap: str) -> list[str]:
+    """The argv the server's runner builds for `true` in this workspace (same mounts, same
+    namespaces), without the --info-fd report."""
+    return BwrapRunner(bwrap).argv(bare_spec(root))
+
+
+async def run_with_runner(runner: BwrapRunner, spec: CommandSpec) -> None:
+    running = await runner.start(spec)
+    result = await run_foreground(running, CALL_TIMEOUT, None)
+    if result.exit_code != 0:
+        raise BenchmarkError(f"the runner's `true` failed: {result.text[:200]!r}")
 
 
 async def spawn_bare(
@@ -207,13 +221,18 @@ async def spawn_bare(
 
 
 async def measure_latency(
-    target: str, token: str, argv: list[str], iterations: int, warmup: int
-) -> tuple[Series, Series, Series, Series, Series]:
+    target: str, token: str, root: Path, bwrap: str, iterations: int, warmup: int
+) -> tuple[Series, Series, Series, Series, Series, Series]:
     bare = Series("(s) spawn `bwrap <same argv> bash -c true` and wait, same asyncio loop")
     e2e = Series('(b) `session.run("Bash", {"command": "true"})`, sandboxed, end to end')
-    with_lifeline = Series("(l) diagnostic: (s) with the sandbox lifeline (BASH_ENV, watcher)")
+    with_lifeline = Series("(l) diagnostic: (s) with the per-command lifeline (BASH_ENV, watcher)")
     with_seccomp = Series("(f) diagnostic: (s) with the seccomp filter (--seccomp, fresh pipe)")
+    with_runner = Series("(r) diagnostic: the server's runner alone, as the server sets it up")
+    argv = bare_argv(root, bwrap)
+    spec = bare_spec(root)
     program = build_program()
+    limiter = CommandLimiter(CommandLimits())
+    runner = BwrapRunner(bwrap, seccomp=program, limiter=limiter)
     env = {"PATH": "/usr/bin:/bin"}
     async with (
         CallgateClient(target, token=token) as client,
@@ -232,20 +251,26 @@ async def measure_latency(
                 e2e.samples_ns.append(end - middle)
     # The diagnostic in a loop of its own, alternating with the plain spawn: interleaved with
     # the end-to-end case it would disturb it (its sandbox's teardown overlaps the next one).
-    plain = Series("(s') (s) again, alternating with (l) and (f)")
-    for index in range(warmup + iterations):
-        start = time.perf_counter_ns()
-        await asyncio.wait_for(spawn_bare(argv, env), CALL_TIMEOUT)
-        middle = time.perf_counter_ns()
-        await asyncio.wait_for(spawn_bare(argv, env, lifeline=True), CALL_TIMEOUT)
-        filtered = time.perf_counter_ns()
-        await asyncio.wait_for(spawn_bare(argv, env, seccomp=program), CALL_TIMEOUT)
-        end = time.perf_counter_ns()
-        if index >= warmup:
-            plain.samples_ns.append(middle - start)
-            with_lifeline.samples_ns.append(filtered - middle)
-            with_seccomp.samples_ns.append(end - filtered)
-    return bare, e2e, with_lifeline, with_seccomp, plain
+    plain = Series("(s') (s) again, alternating with (r), (l) and (f)")
+    try:
+        for index in range(warmup + iterations):
+            start = time.perf_counter_ns()
+            await asyncio.wait_for(spawn_bare(argv, env), CALL_TIMEOUT)
+            middle = time.perf_counter_ns()
+            await asyncio.wait_for(spawn_bare(argv, env, lifeline=True), CALL_TIMEOUT)
+            filtered = time.perf_counter_ns()
+            await asyncio.wait_for(spawn_bare(argv, env, seccomp=program), CALL_TIMEOUT)
+            ran = time.perf_counter_ns()
+            await asyncio.wait_for(run_with_runner(runner, spec), CALL_TIMEOUT)
+            end = time.perf_counter_ns()
+            if index >= warmup:
+                plain.samples_ns.append(middle - start)
+                with_lifeline.samples_ns.append(filtered - middle)
+                with_seccomp.samples_ns.append(ran - filtered)
+                with_runner.samples_ns.append(end - ran)
+    finally:
+        limiter.close()
+    return bare, e2e, with_lifeline, with_seccomp, with_runner, plain
 
 
 async def measure_stream(target: str, token: str, runs: int) -> list[float]:
@@ -286,9 +311,8 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     (root / "ws").mkdir()
     async with AsyncExitStack() as stack:
         target, token = await stack.enter_async_context(callgate_server(root))
-        argv = bare_argv(root, status.bwrap_path)
-        bare, e2e, with_lifeline, with_seccomp, plain = await measure_latency(
-            target, token, argv, args.iterations, args.warmup
+        bare, e2e, with_lifeline, with_seccomp, with_runner, plain = await measure_latency(
+            target, token, root, status.bwrap_path, args.iterations, args.warmup
         )
         rates = await measure_stream(target, token, args.stream_runs)
     overhead = e2e.p50_ms() - bare.p50_ms()
@@ -296,7 +320,7 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
     print("| case | p50 ms | p99 ms |")
     print("|---|---:|---:|")
-    for series in (bare, e2e, plain, with_lifeline, with_seccomp):
+    for series in (bare, e2e, plain, with_runner, with_lifeline, with_seccomp):
         print(f"| {series.label} | {series.p50_ms():.2f} | {series.p99_ms():.2f} |")
     print()
     print("| measure | value | target | result |")
@@ -307,9 +331,14 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         f"| (b) minus (s) at p50 | {overhead:.2f} ms | ≤ {TARGET_OVERHEAD_MS:g} ms "
         f"| {verdict(overhead_ok)} |"
     )
+    runner_ms = with_runner.p50_ms() - plain.p50_ms()
+    print(
+        f"| diagnostic: the runner's share of (b) minus (s), (r) minus (s') at p50 "
+        f"| {runner_ms:.2f} ms | — | — |"
+    )
     lifeline_ms = with_lifeline.p50_ms() - plain.p50_ms()
     print(
-        f"| diagnostic: the lifeline's share of (b) minus (s), (l) minus (s') at p50 "
+        f"| diagnostic: what the per-command lifeline (fallback) would add, (l) minus (s') "
         f"| {lifeline_ms:.2f} ms | — | — |"
     )
     seccomp_ms = with_seccomp.p50_ms() - plain.p50_ms()

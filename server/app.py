@@ -156,7 +156,9 @@ def build_runner(sandbox: SandboxStatus, limiter: CommandLimiter | None = None) 
     The mode is in the startup log, in every Session and in health-check trailers."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
         runner = BwrapRunner(sandbox.bwrap_path, seccomp=sandbox.seccomp, limiter=limiter)
-        if runner.lifeline and not lifeline_works(sandbox.bwrap_path, sandbox.seccomp):
+        # With cgroups the watchdog guards (started here); without, the per-command lifeline,
+        # which must be seen to work first.
+        if runner.guard() == "lifeline" and not lifeline_works(sandbox.bwrap_path, sandbox.seccomp):
             runner.lifeline = False
             log.warning(
                 "the sandbox lifeline does not work here",

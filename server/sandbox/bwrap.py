@@ -31,6 +31,11 @@ command. The environment is exactly `spec.env`, handed to bubblewrap through
 execve rather than `--setenv` arguments: a command line is readable by every user of the host
 (`/proc/<pid>/cmdline`), an environment only by the same user.
 
+Start and death of the server: with a limiter, bubblewrap holds its init (`--block-fd`) until
+the server has put it in the command's cgroups and set its rlimits (START_GATE_SCRIPT); with
+cgroups, the server's watchdog (limits.py) ends every command if the server dies; without,
+each command gets a lifeline (LIFELINE_SCRIPT). `BwrapRunner.guard` says which.
+
 Process tree: bubblewrap's own init is PID 1 of the sandbox (`--info-fd` reports its host PID)
 and exits when the command exits; when a namespace's init exits the kernel kills every process
 left in it, and the init's exit completes only after they are gone. So SIGKILL to the init
@@ -66,7 +71,8 @@ from .seccomp import SeccompProgram
 log = logging.getLogger(__name__)
 
 BASH = "/bin/bash"
-# The lifeline: bash runs this (through BASH_ENV, so no extra exec) before the command. It
+# The lifeline (the guard without cgroups; with them the watchdog of limits.py guards, with no
+# process per command): bash runs this (through BASH_ENV, so no extra exec) before the command. It
 # starts one watcher process blocked reading the command's lifeline pipe, takes it out of the
 # job table (`wait` and `jobs` in the command never see it; `$!` does until the command
 # starts a job of its own), and closes both fds and BASH_ENV for the command. The server
@@ -123,6 +129,65 @@ class Lifeline:
     @property
     def env(self) -> dict[str, str]:
         return {"BASH_ENV": f"/proc/self/fd/{self.passed[1]}"}
+
+
+# The start gate: with the watchdog guarding (limits.py), no process per command. bubblewrap
+# holds the sandbox's init on `--block-fd` until the server has placed it in the command's
+# cgroups and set its rlimits; the server then writes "xgo\n": bubblewrap takes one byte and
+# starts the command, whose bash runs this (through BASH_ENV) first and reads the rest from a
+# second descriptor of the same pipe. A server that dies before placing the init closes the
+# pipe instead: bubblewrap, reading end-of-file, goes on, but bash finds no "go" and exits
+# before the command runs, so nothing the watchdog cannot see ever runs.
+START_GATE_SCRIPT = """unset BASH_ENV
+IFS= read -r _go <&{gate} || exit 125
+[ "$_go" = go ] || exit 125
+unset _go
+exec {gate}<&- {script}<&-
+"""
+START_GATE_BYTES = b"xgo\n"
+
+
+@dataclass(slots=True)
+class StartGate:
+    """One command's start gate (see START_GATE_SCRIPT): `write` is the server's end (close-on-
+    exec); `block` is bubblewrap's `--block-fd`; `passed` are the fds the sandbox gets (closed
+    by the caller once the child has them); `env` makes bash run the script. Without `check`
+    (the per-command lifeline guards instead, through BASH_ENV of its own) only the block."""
+
+    write: int
+    block: int
+    passed: tuple[int, ...]
+    env: dict[str, str]
+
+    @classmethod
+    def open(cls, *, check: bool = True) -> StartGate:
+        opened: list[int] = []
+        try:
+            gate_read, gate_write = os.pipe2(os.O_CLOEXEC)
+            opened += [gate_read, gate_write]
+            if not check:
+                return cls(gate_write, gate_read, (gate_read,), {})
+            gate_again = os.dup(gate_read)  # bubblewrap closes its --block-fd after the read
+            opened.append(gate_again)
+            script_read, script_write = os.pipe2(os.O_CLOEXEC)
+            opened += [script_read, script_write]
+            script = START_GATE_SCRIPT.format(gate=gate_again, script=script_read)
+            os.write(script_write, script.encode())  # a few bytes: the pipe takes them
+            os.close(opened.pop())
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+        return cls(
+            gate_write,
+            gate_read,
+            (gate_read, gate_again, script_read),
+            {"BASH_ENV": f"/proc/self/fd/{script_read}"},
+        )
+
+    def open_gate(self) -> None:
+        """Let the command run (its init is in its cgroups and under its rlimits)."""
+        os.write(self.write, START_GATE_BYTES)
 
 
 def lifeline_works(bwrap: str, seccomp: SeccompProgram | None = None) -> bool:
@@ -313,9 +378,11 @@ def bwrap_argv(
     info_fd: int | None = None,
     anchors: Mapping[str, int] | None = None,
     seccomp_fd: int | None = None,
+    block_fd: int | None = None,
 ) -> list[str]:
     """The whole bubblewrap command line for `spec` (an argv list, never a shell string);
-    `seccomp_fd` holds the compiled filter (SeccompProgram.open_fd)."""
+    `seccomp_fd` holds the compiled filter (SeccompProgram.open_fd); with `block_fd` the
+    sandbox's init waits for a byte there before it starts the command."""
     argv = [bwrap, *_host_view(), *mount_plan(spec, anchors)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not spec.network:
@@ -325,6 +392,8 @@ def bwrap_argv(
         argv += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
     argv += ["--", BASH, "-c", spec.command]
     return argv
 
@@ -445,6 +514,27 @@ async def _until_exited(pidfds: list[int], limit: float) -> None:
         log.error("a sandboxed process outlived its namespace's init")
 
 
+def _guards(
+    guard: str, limited: bool, passed: list[int], env: dict[str, str]
+) -> tuple[Lifeline | None, StartGate | None]:
+    """The command's lifeline (guard "lifeline": see LIFELINE_SCRIPT) and, with limits, its
+    start gate (the init waits until its limits are in place: see START_GATE_SCRIPT); their
+    fds are added to `passed`, their variables to `env`."""
+    lifeline = Lifeline.open() if guard == "lifeline" else None
+    if lifeline is not None:
+        passed += lifeline.passed
+        env.update(lifeline.env)
+    try:
+        gate = StartGate.open(check=lifeline is None) if limited else None
+    except BaseException:
+        proctree.close_fd(lifeline.write if lifeline is not None else None)
+        raise
+    if gate is not None:
+        passed += gate.passed
+        env.update(gate.env)
+    return lifeline, gate
+
+
 class BwrapRunner:
     """Starts commands under bubblewrap (see the module docstring)."""
 
@@ -477,16 +567,57 @@ class BwrapRunner:
         info_fd: int | None = None,
         anchors: Mapping[str, int] | None = None,
         seccomp_fd: int | None = None,
+        block_fd: int | None = None,
     ) -> list[str]:
-        return bwrap_argv(self.bwrap, spec, info_fd=info_fd, anchors=anchors, seccomp_fd=seccomp_fd)
+        return bwrap_argv(
+            self.bwrap,
+            spec,
+            info_fd=info_fd,
+            anchors=anchors,
+            seccomp_fd=seccomp_fd,
+            block_fd=block_fd,
+        )
+
+    def guard(self) -> str:
+        """What ends this server's commands if it dies: "none" (not needed: the server is PID 1
+        of its namespace), "watchdog" (limits.py: with cgroups, no process per command), or
+        "lifeline" (LIFELINE_SCRIPT: a watcher per command)."""
+        if not self.lifeline:
+            return "none"
+        if self.limiter is not None and self.limiter.guarded():
+            return "watchdog"
+        return "lifeline"
+
+    async def _bring_up(
+        self,
+        command: BwrapCommand,
+        info_read: int,
+        gate: StartGate | None,
+        placement: Placement | None,
+    ) -> None:
+        """Take bubblewrap's report of its init; with a gate, bound the init (held before the
+        command) and let it start the command."""
+        with anyio.fail_after(INFO_TIMEOUT_SECONDS):
+            info = await _read_to_end(info_read)
+        command._attach(info)
+        init = command._init_pid
+        if gate is None or placement is None or self.limiter is None or init is None:
+            return  # no init: bubblewrap failed before it, and reports why
+        try:
+            self.limiter.apply(init, placement)
+        except OSError as exc:
+            log.error("could not bound a command", extra={"detail": str(exc)})
+            raise CommandStartError("The command's resource limits could not be set.") from None
+        gate.open_gate()
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
-        # The lifeline: see LIFELINE_SCRIPT and Lifeline.
         env = dict(spec.env)
         passed: list[int] = []  # ours to close once the child has them (or on failure)
         info_read: int | None = None
         lifeline: Lifeline | None = None
+        gate: StartGate | None = None
+        guard = self.guard()
         placement = self.limiter.place() if self.limiter is not None else None
         try:
             info_read, info_write = os.pipe2(os.O_CLOEXEC)
@@ -498,13 +629,14 @@ class BwrapRunner:
                 # bubblewrap reads the program to its end: a fresh fd per spawn.
                 seccomp_fd = self.seccomp.open_fd()
                 passed.append(seccomp_fd)
-            if self.lifeline:
-                lifeline = Lifeline.open()
-                passed += lifeline.passed
-                env.update(lifeline.env)
-            argv = self.argv(spec, info_fd=info_write, anchors=anchors, seccomp_fd=seccomp_fd)
-            if self.limiter is not None and placement is not None:
-                argv = self.limiter.wrap(argv, placement)
+            lifeline, gate = _guards(guard, placement is not None, passed, env)
+            argv = self.argv(
+                spec,
+                info_fd=info_write,
+                anchors=anchors,
+                seccomp_fd=seccomp_fd,
+                block_fd=gate.block if gate is not None else None,
+            )
             child, output, stdin = await spawn(
                 argv,
                 env=env,
@@ -515,6 +647,7 @@ class BwrapRunner:
         except BaseException:
             proctree.close_fd(info_read)
             proctree.close_fd(lifeline.write if lifeline is not None else None)
+            proctree.close_fd(gate.write if gate is not None else None)
             if placement is not None:
                 placement.release()
             raise
@@ -533,10 +666,9 @@ class BwrapRunner:
                 else None,
             )
             try:
-                with anyio.fail_after(INFO_TIMEOUT_SECONDS):
-                    info = await _read_to_end(info_read)
+                await self._bring_up(command, info_read, gate, placement)
             except BaseException as exc:
-                # Cancelled or stuck while bubblewrap was starting: leave nothing behind.
+                # Cancelled, stuck or unbounded while bubblewrap was starting: leave nothing.
                 with anyio.CancelScope(shield=True):
                     await command.terminate_tree(0)
                     await command.aclose()
@@ -545,5 +677,7 @@ class BwrapRunner:
                 raise
         finally:
             os.close(info_read)
-        command._attach(info)
+            # Without "go" (bubblewrap failed before its init was known, or the start failed)
+            # the command's bash exits before the command runs.
+            proctree.close_fd(gate.write if gate is not None else None)
         return command

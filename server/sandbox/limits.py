@@ -1,10 +1,13 @@
 """Per-command limits on processes, memory, CPU time and file size (issue 13, DESIGN section 6).
 
 One command could start hundreds of processes or take all the memory: nothing bounded it.
-Every command (sandboxed or not, foreground or supervised) now starts through a short `bash`
-step that places itself in the command's own cgroup and sets its rlimits, then execs the
-real argv (bubblewrap), so the command and everything it forks are bounded from their first
-instruction; the server never runs `preexec_fn` (unsafe with threads).
+Every command (sandboxed or not, foreground or supervised) is bounded from its first
+instruction; the server never runs `preexec_fn` (unsafe with threads):
+- sandboxed, bubblewrap holds the sandbox's init before it starts the command (`--block-fd`)
+  while the server writes the init's PID into the command's cgroups and sets its rlimits
+  (`prlimit`), `apply` below: no extra process;
+- unconfined, the command starts through a short `bash` step that places itself in the
+  cgroups and sets its rlimits, then execs the command (`wrap`).
 
 Mechanisms, chosen at start (`[command_limits] mechanism`, default `auto`):
 - `cgroup-v2`: a delegated unified hierarchy the server can write (`pids.max`, `memory.max`,
@@ -21,6 +24,13 @@ SIGXFSZ / EFBIG) are rlimits under every mechanism: cgroups bound CPU rate, not 
 A command's cgroups are `<controller>/callgate-<server pid>-<random>/cmd-<n>`, removed once its
 tree is gone (what hit a limit is read first); the server's own parent goes at shutdown, and
 parents left by a server that died are removed at start.
+
+The watchdog (`Watchdog`): with cgroups, one process per server, started with the first
+sandboxed command, blocked reading a pipe whose only write end the server holds. When the
+server dies (kill -9 included) the read returns and the watchdog kills every process in the
+server's command cgroups until they are empty, then removes them. Since a sandboxed command
+is in its cgroups before it runs its first instruction, this is the kill -9 guarantee with no
+process per command (the fallback without cgroups is the per-command lifeline, bwrap.py).
 """
 
 from __future__ import annotations
@@ -29,8 +39,10 @@ import contextlib
 import itertools
 import logging
 import os
+import resource
 import secrets
 import signal
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +135,7 @@ class CommandLimiter:
         self._version = 0
         self._counter = itertools.count(1)
         self._leftovers: list[Placement] = []
+        self._watchdog: Watchdog | None = None
         if mechanism == "none":
             return
         if mechanism in ("auto", "cgroup"):
@@ -208,6 +221,37 @@ class CommandLimiter:
         # command's own bash, inside the sandbox).
         return [BASH, "--posix", "-c", script, "callgate-limits", *argv]
 
+    def apply(self, pid: int, placement: Placement) -> None:
+        """Bound `pid` and all it will start: a sandbox's init held before it runs the command
+        (bubblewrap's `--block-fd`), so nothing has escaped the bounds yet. Raises OSError."""
+        limits = self.limits
+        for path in placement.procs_files():
+            with open(path, "w") as procs:
+                procs.write(str(pid))
+        if self.mechanism == "rlimit":
+            resource.prlimit(pid, resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        # SIGXCPU at the soft limit (the result says cpu_limit), SIGKILL a second later.
+        cpu = (limits.cpu_seconds, limits.cpu_seconds + 1)
+        resource.prlimit(pid, resource.RLIMIT_CPU, cpu)
+        size = max(512, limits.file_size_bytes)
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, size))
+
+    def guarded(self) -> bool:
+        """Whether the watchdog guards this server's commands (it is started on first use,
+        and again if it was killed); False without cgroups."""
+        if not self._parents:
+            return False
+        if self._watchdog is None or not self._watchdog.alive():
+            if self._watchdog is not None:
+                log.warning("the command watchdog was gone; starting it again")
+            try:
+                self._watchdog = Watchdog(self._parents)
+            except OSError as exc:
+                log.warning("the command watchdog could not start", extra={"detail": str(exc)})
+                self._watchdog = None
+                return False
+        return True
+
     def sweep(self) -> None:
         """Remove the cgroups of commands whose last process has gone since."""
         if self._leftovers:
@@ -218,6 +262,9 @@ class CommandLimiter:
 
     def close(self) -> None:
         """At shutdown: every command's cgroups, then the server's own parents."""
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
         self.sweep()
         for parent in self._parents:
             for child in parent.glob("cmd-*"):
@@ -226,6 +273,64 @@ class CommandLimiter:
                     child.rmdir()
             with contextlib.suppress(OSError):
                 parent.rmdir()
+
+
+# The watchdog (see the module docstring). Its stdin is the pipe; "$@" are the server's cgroup
+# parents. SIGTERM, SIGINT and SIGHUP are ignored: only the server's end closing ends it.
+WATCHDOG_SCRIPT = """trap '' TERM INT HUP
+read -r _
+for _pass in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+ _left=
+ for _parent in "$@"; do
+  for _cgroup in "$_parent"/cmd-*; do
+   [ -d "$_cgroup" ] || continue
+   [ -w "$_cgroup/cgroup.kill" ] && echo 1 > "$_cgroup/cgroup.kill" 2>/dev/null
+   while read -r _pid; do _left=1; kill -KILL "$_pid" 2>/dev/null; done < "$_cgroup/cgroup.procs"
+  done
+ done
+ [ -z "$_left" ] && break
+ sleep 0.05
+done
+for _parent in "$@"; do rmdir "$_parent"/cmd-* "$_parent" 2>/dev/null; done
+exit 0
+"""
+# At shutdown: how long the watchdog may take to find nothing left and exit.
+WATCHDOG_CLOSE_SECONDS = 5.0
+
+
+class Watchdog:
+    """Kills every command of this server when the server is gone (see the module docstring).
+    The pipe's write end is close-on-exec, so no command or helper ever holds it."""
+
+    def __init__(self, parents: Sequence[Path]) -> None:
+        self._process = subprocess.Popen(  # a fixed script over the server's own cgroups
+            [BASH, "--posix", "-c", WATCHDOG_SCRIPT, "callgate-watchdog", *map(str, parents)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            # Its own session: a terminal's ^C, or a signal to the server's process group,
+            # does not reach it.
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def close(self) -> None:
+        """As if the server had died: the watchdog kills what is left, then exits."""
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        try:
+            self._process.wait(WATCHDOG_CLOSE_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
 def _counters(text: str) -> dict[str, int]:

@@ -16,10 +16,12 @@ Five killed rounds of ten calls (a rule probe, then long foreground and backgrou
 short `echo`s, WriteFile, ReadFile and a denied command, fired concurrently), then an orderly
 SIGTERM with a foreground and a background sleep running. Round 0 is killed once a sleep runs;
 round 1 is killed while sandboxes are being spawned (bubblewrap's `--die-with-parent` is racy
-there: containers/bubblewrap#633, which the sandbox's lifeline closes for every command that
-started; a bubblewrap init whose parent died inside bubblewrap's own setup stays blocked there
-without ever running the command: such inits are reported and removed, see `stuck_in_setup`);
-the others at a random moment. The random schedule is
+there: containers/bubblewrap#633; the server's watchdog kills every command in its cgroups,
+each placed there before it runs, and a command not yet placed finds no "go" at its start
+gate and never runs; a bubblewrap init whose parent died inside bubblewrap's own setup stays
+blocked there without ever running the command: such inits are reported and removed, see
+`stuck_in_setup`); the others at a random moment. After each kill the watchdog itself is gone
+too, once it has found nothing left. The random schedule is
 seeded; the seed is in every failure message (`CHAOS_SEED=<n>` replays the schedule, though
 not the server's timing).
 """
@@ -161,6 +163,30 @@ def marker_processes(marker: str) -> list[tuple[int, str]]:
             text = cmdline.replace(b"\x00", b" ").decode(errors="replace")
             found.append((pid, f"{text[:12]}...{text[-100:]}{_status(str(pid))}"))
     return found
+
+
+def sandboxes(pid: int) -> list[str]:
+    """The server's children that are bubblewrap (not its watchdog)."""
+    found = []
+    for child in children(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/comm").read_text().strip() == "bwrap":
+                found.append(child)
+    return found
+
+
+def watchdogs(server: int) -> list[tuple[int, str]]:
+    """Live watchdogs of the server with PID `server` (their cgroup paths name it)."""
+    return [
+        found
+        for found in marker_processes("callgate-watchdog")
+        if f"/callgate-{server}-" in found[1]
+    ]
+
+
+def cgroup_parents(server: int) -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    return [*root.glob(f"callgate-{server}-*"), *root.glob(f"*/callgate-{server}-*")]
 
 
 def children(pid: int) -> list[str]:
@@ -399,13 +425,20 @@ async def killed_round(chaos: Chaos, round_: int, rng: random.Random) -> None:
                         assert chaos.process is not None
                         # The third sandbox has just been spawned (or 2 s passed).
                         race_end = time.monotonic() + 2
-                        while len(children(chaos.process.pid)) < 3 and time.monotonic() < race_end:
+                        while len(sandboxes(chaos.process.pid)) < 3 and time.monotonic() < race_end:
                             await anyio.lowlevel.checkpoint()  # as tight as /proc is read
                     await anyio.sleep(kill_after)
                     assert chaos.process is not None
                     at_kill = marker_processes(chaos.marker)
-                    os.kill(chaos.process.pid, signal.SIGKILL)
+                    server = chaos.process.pid
+                    if cgroup_parents(server):  # with cgroups the watchdog guards
+                        assert watchdogs(server), f"no watchdog; {chaos.context()}"
+                    os.kill(server, signal.SIGKILL)
                     await wait_exit(chaos, GONE_TIMEOUT)
+                    deadline = time.monotonic() + GONE_TIMEOUT
+                    while watchdogs(server):  # /proc: polled
+                        assert time.monotonic() < deadline, f"a watchdog stayed; {chaos.context()}"
+                        await anyio.sleep(0.02)
         except TimeoutError:
             pytest.fail(f"round {round_}: calls hung or never ran; {chaos.context()}")
     chaos.processes_at_kill.append(len(at_kill))
