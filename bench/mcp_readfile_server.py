@@ -1,7 +1,9 @@
 """An MCP stdio server with one `read_file` tool, the benchmark's point of comparison.
 
-Usage: mcp_readfile_server.py WORKSPACE. `read_file(path)` reads a file inside WORKSPACE and
-returns its lines numbered the way callgate's ReadFile numbers them (`%6d\\t<line>`).
+Usage: mcp_readfile_server.py WORKSPACE [PORT]. `read_file(path)` reads a file inside WORKSPACE
+and returns its lines numbered the way callgate's ReadFile numbers them (`%6d\\t<line>`). Over
+stdio, or with PORT over streamable HTTP on 127.0.0.1:PORT/mcp (the transport a remote agent
+would use instead of callgate's gRPC).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ def read_numbered(root: Path, path: str) -> str:
     return "\n".join(f"{number:6d}\t{line}" for number, line in enumerate(text.splitlines(), 1))
 
 
-def build_server(workspace: Path) -> MCPServer:
+def build_server(workspace: Path, *, quiet: bool = False) -> MCPServer:
     root = workspace.resolve()
-    server = MCPServer("bench-readfile")
+    # Quiet over HTTP: uvicorn would otherwise log a line per request.
+    server = MCPServer("bench-readfile", log_level="WARNING" if quiet else "INFO")
 
     # Text only, as callgate answers: auto-detection would also send the text a second time
     # as structured content, which would make MCP look slower than it needs to be.
@@ -40,9 +43,14 @@ def build_server(workspace: Path) -> MCPServer:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: mcp_readfile_server.py WORKSPACE")
-    build_server(Path(sys.argv[1])).run("stdio")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: mcp_readfile_server.py WORKSPACE [PORT]")
+    if len(sys.argv) == 2:
+        build_server(Path(sys.argv[1])).run("stdio")
+    else:
+        server = build_server(Path(sys.argv[1]), quiet=True)
+        # The SDK's defaults for streamable HTTP (a session, SSE answers), loopback only.
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ Cases, each timed per sample with `time.perf_counter_ns` on one plain asyncio lo
   (b) `session.run("ReadFile", ...)` of a 4 KiB file through the callgate client library's
       fast path (Prepare with evaluate, then Invoke) against a real `callgate serve` process;
       by default the client sends both over its Exchange stream;
-  (c) the same read through an MCP server (the `mcp` package) over stdio.
+  (c) the same read through an MCP server (the `mcp` package) over stdio;
+  (h) the same MCP server over streamable HTTP on 127.0.0.1 (what a remote agent would use
+      instead of callgate's gRPC), one session, the SDK's defaults.
 Diagnostics: (b) with `exchange=False` (two unary RPCs), and the unary pair broken down with
 the generated stub alone. Every server runs in its own
 process; all of them are stopped on exit, failed or not.
@@ -23,6 +25,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -38,6 +41,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mcp.client.session import ClientSession as McpSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from callgate.client import CallgateClient
@@ -56,6 +60,7 @@ CALL_TIMEOUT: Final = 10.0
 STOP_TIMEOUT: Final = 5.0
 """Seconds a server process gets to exit after SIGTERM before it is killed."""
 TARGET_B_OVER_C: Final = 0.7
+TARGET_B_OVER_H: Final = 0.6
 
 # Fast reconnects while polling for readiness; the default first backoff is a whole second.
 _PROBE_OPTIONS: Final = [
@@ -414,6 +419,60 @@ async def mcp_case(workspace: Path, expected: str, log: TextIO) -> AsyncIterator
         yield Case(Series("c", label), read_file)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def mcp_http_case(
+    stack: AsyncExitStack, workspace: Path, expected: str, log: TextIO
+) -> AsyncIterator[Case]:
+    """(h): `call_tool("read_file")` on the MCP server over streamable HTTP (loopback)."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(BENCH_DIR / "mcp_readfile_server.py"),
+        str(workspace),
+        str(port),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
+    stack.push_async_callback(stop_process, process)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:  # until it listens
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if process.returncode is not None or time.monotonic() > deadline:
+                raise BenchmarkError("the MCP HTTP server did not start") from None
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        break
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with (
+        streamable_http_client(url) as (read, write),
+        McpSession(read, write) as mcp,
+    ):
+        async with asyncio.timeout(START_TIMEOUT):
+            await mcp.initialize()
+
+        async def read_file() -> None:
+            result = await mcp.call_tool("read_file", {"path": FILE_NAME})
+            content = result.content[0] if len(result.content) == 1 else None
+            if result.is_error or not isinstance(content, TextContent):
+                raise BenchmarkError(f"(h) MCP read_file failed: {result.content!r:.200}")
+            check_numbered("(h) MCP HTTP", content.text, expected)
+
+        label = "(h) MCP streamable HTTP `call_tool(read_file)` 4 KiB (loopback)"
+        yield Case(Series("h", label), read_file)
+
+
 # --- the run ------------------------------------------------------------------------------
 
 
@@ -432,7 +491,15 @@ class Results:
 
     @property
     def target_met(self) -> bool:
+        return self.stdio_target_met and self.http_target_met
+
+    @property
+    def stdio_target_met(self) -> bool:
         return self.ratio("b", "c")[0] <= TARGET_B_OVER_C
+
+    @property
+    def http_target_met(self) -> bool:
+        return self.ratio("b", "h")[0] <= TARGET_B_OVER_H
 
 
 async def run(settings: Settings, root: Path, expected: str) -> Results:
@@ -469,13 +536,16 @@ async def run(settings: Settings, root: Path, expected: str) -> Results:
                     callgate_stub_case(callgate_target, token, expected)
                 )
                 mcp = await stack.enter_async_context(mcp_case(workspace, expected, mcp_log))
-                await measure(settings, [floor, callgate, mcp, sequential, unary, stub])
+                http = await stack.enter_async_context(
+                    mcp_http_case(stack, workspace, expected, mcp_log)
+                )
+                await measure(settings, [floor, callgate, mcp, http, sequential, unary, stub])
         except Exception:
             for name, log in (("callgate", callgate_log), ("MCP server", mcp_log)):
                 log.flush()
                 print(f"--- {name} log:\n{log_tail(Path(log.name))}", file=sys.stderr)
             raise
-    main = [floor.series, callgate.series, mcp.series]
+    main = [floor.series, callgate.series, mcp.series, http.series]
     return Results(settings, main, [sequential.series, unary.series, stub.series, *stub.parts])
 
 
@@ -496,7 +566,7 @@ def print_markdown(results: Results) -> None:
         f"callgate bench: {FILE_BYTES} B ReadFile; {settings.iterations} samples per case after "
         f"{settings.warmup} warm-ups; Python {env['python']}, grpcio {env['grpcio']}, "
         f"mcp {env['mcp']}, {env['cpus']} CPUs, {env['platform']}; gRPC over Unix sockets, "
-        f"MCP over stdio; asyncio; cases {settings.order}"
+        f"MCP over stdio and streamable HTTP; asyncio; cases {settings.order}"
     )
     print()
     header = "| case | p50 ms | p99 ms | samples |\n|---|---:|---:|---:|"
@@ -504,10 +574,11 @@ def print_markdown(results: Results) -> None:
     for series in results.main:
         print(series.markdown_row())
     print()
-    for name, (top, bottom) in {"b/a": ("b", "a"), "b/c": ("b", "c")}.items():
+    for name, (top, bottom) in {"b/a": ("b", "a"), "b/c": ("b", "c"), "b/h": ("b", "h")}.items():
         p50, p99 = results.ratio(top, bottom)
         print(f"{name}: p50 {p50:.2f}, p99 {p99:.2f}")
-    print(f"target b/c ≤ {TARGET_B_OVER_C}: {'PASS' if results.target_met else 'FAIL'}")
+    print(f"target b/c ≤ {TARGET_B_OVER_C}: {'PASS' if results.stdio_target_met else 'FAIL'}")
+    print(f"target b/h ≤ {TARGET_B_OVER_H}: {'PASS' if results.http_target_met else 'FAIL'}")
     print()
     print("diagnostics (where (b) spends its time):")
     print()
@@ -533,7 +604,7 @@ def print_json(results: Results) -> None:
         f"{top}_over_{bottom}": dict(
             zip(("p50", "p99"), (round(r, 4) for r in results.ratio(top, bottom)), strict=True)
         )
-        for top, bottom in (("b", "a"), ("b", "c"))
+        for top, bottom in (("b", "a"), ("b", "c"), ("b", "h"))
     }
     document = {
         "environment": environment(),
@@ -544,7 +615,11 @@ def print_json(results: Results) -> None:
         "cases": {series.key: series.as_json() for series in results.main},
         "diagnostics": {series.key: series.as_json() for series in results.diagnostics},
         "ratios": ratios,
-        "target": {"b_over_c_p50_max": TARGET_B_OVER_C, "pass": results.target_met},
+        "target": {
+            "b_over_c_p50_max": TARGET_B_OVER_C,
+            "b_over_h_p50_max": TARGET_B_OVER_H,
+            "pass": results.target_met,
+        },
     }
     print(json.dumps(document, indent=2))
 
