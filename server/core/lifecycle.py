@@ -390,15 +390,10 @@ class Lifecycle:
         full: ToolResult | None = None
         try:
             # Invariant 10: the record that authorizes the effect is committed before it
-            # starts; without it nothing runs (fail closed).
+            # starts; without it nothing runs (fail closed). A tool whose answer is its only
+            # effect, invoked unary, commits it with its end before the answer (Tool).
             try:
-                await self.journal.record_durable(
-                    "call.invoked",
-                    session_id=session.session_id,
-                    execution_id=record.execution_id,
-                    principal=session.owner,
-                    data={"tool": record.tool_name, "digest": record.digest},
-                )
+                await self._journal_invoked(session, record, streamed=output is not None)
             except CallgateError:
                 record.result = ToolResult.error(
                     "journal_unavailable",
@@ -424,6 +419,16 @@ class Lifecycle:
             # The ended call keeps a capped result; its Invoke returns all of it.
             snapshot = dataclasses.replace(snapshot, result=full)
         return snapshot
+
+    async def _journal_invoked(self, session: Session, record: CallRecord, streamed: bool) -> None:
+        """Journal `call.invoked`: committed before the tool runs, or, for a tool whose answer
+        is its only effect invoked unary, left for the commit before the answer (Tool)."""
+        kind, data = "call.invoked", {"tool": record.tool_name, "digest": record.digest}
+        ids = {"session_id": session.session_id, "execution_id": record.execution_id}
+        if not streamed and self.tools.get(record.tool_name).answer_only:
+            self.journal.record(kind, **ids, principal=session.owner, data=data)
+        else:
+            await self.journal.record_durable(kind, **ids, principal=session.owner, data=data)
 
     async def _run(
         self, session: Session, record: CallRecord, output: OutputSink | None

@@ -113,6 +113,12 @@ class Tool(abc.ABC, Generic[ArgsT, ArtifactT]):
     arguments: ClassVar[type[Arguments]]
     artifact: ClassVar[type[Artifact]]
     requirement_kinds: ClassVar[tuple[str, ...]]
+    # True for a tool that only reads (it changes, sends or asks nothing outside the server):
+    # its answer is its only effect. A unary Invoke of it then commits `call.invoked` with
+    # the call's end, in one transaction before the answer, rather than in one of its own
+    # before it runs: nothing of it has left the server until the record is durable
+    # (invariant 10), and the fast path saves a commit. Streamed, it commits first as all do.
+    answer_only: ClassVar[bool] = False
 
     def prepare(self, raw: dict[str, object], ctx: ToolContext) -> Prepared:
         """Validate decoded JSON arguments and freeze the call. Raises InvalidArgument."""
@@ -145,6 +151,8 @@ class ToolPlugin(Protocol):
     def arguments(self) -> type[Arguments]: ...
     @property
     def requirement_kinds(self) -> tuple[str, ...]: ...
+    @property
+    def answer_only(self) -> bool: ...
 
     def prepare(self, raw: dict[str, object], ctx: ToolContext) -> Prepared: ...
 

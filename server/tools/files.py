@@ -311,6 +311,7 @@ def _render_excerpt(excerpt: _Excerpt, rel: str, limits_bytes: int) -> str:
 
 class ReadFile(Tool[ReadFileArguments, ReadFileArtifact]):
     name: ClassVar[str] = "ReadFile"
+    answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
         "Read a text file in the workspace. Lines come numbered as `%6d<TAB>text`; at most "
         "2000 lines or 1 MiB are shown, with a notice saying what was left out. Use "

@@ -135,6 +135,7 @@ def _globbable(entry: os.DirEntry[str], entry_path: str, ctx: ToolContext) -> bo
 
 class Glob(Tool[GlobArguments, GlobArtifact]):
     name: ClassVar[str] = "Glob"
+    answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
         "List files whose path (relative to root, default the workspace root) matches a "
         "glob: * and ? within a name, ** across directories, {a,b} alternatives. Paths come "

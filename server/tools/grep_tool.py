@@ -66,6 +66,7 @@ class GrepArtifact(Artifact):
 
 class Grep(Tool[GrepArguments, GrepArtifact]):
     name: ClassVar[str] = "Grep"
+    answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
         "Search file contents with a regular expression, line by line. Output lines are "
         "`path:line:text` (context lines `path-line-text`), sorted by path then line, at "

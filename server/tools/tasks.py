@@ -328,6 +328,7 @@ class TaskGetArtifact(Artifact):
 
 class TaskGet(Tool[TaskGetArguments, TaskGetArtifact]):
     name: ClassVar[str] = "TaskGet"
+    answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
         'Show one task of this loop in full. result.json is {"task": {...}} with its '
         "description, metadata, blockers and the tasks it blocks."
@@ -365,6 +366,7 @@ class TaskListArtifact(Artifact):
 
 class TaskList(Tool[TaskListArguments, TaskListArtifact]):
     name: ClassVar[str] = "TaskList"
+    answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
         "List this loop's tasks in creation order, optionally only those with one status. "
         'result.json is {"tasks": [...]}, each with id, subject, active_form, status, '

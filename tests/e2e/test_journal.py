@@ -118,6 +118,63 @@ async def test_call_invoked_is_committed_before_the_tool_runs(tmp_path: Path) ->
     assert probe.seen == [True]
 
 
+class AnswerOnlyProbe(JournalProbe):
+    """JournalProbe declared to have no effect but its answer (as ReadFile, Glob, Grep)."""
+
+    name = "AnswerOnlyProbe"
+    answer_only = True
+
+
+async def test_a_read_only_tool_commits_invoked_with_its_end_before_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: a tool whose answer is its only effect, invoked unary, commits call.invoked in
+    the same transaction as its end, before the answer (one commit fewer on the fast path);
+    streamed, its output leaves while it runs, so call.invoked is committed before it runs."""
+    batches: list[list[str]] = []
+    original = SqliteJournal._write
+
+    def recording(self: SqliteJournal, batch: Sequence[Event]) -> None:
+        original(self, batch)
+        batches.append([event.kind for event in batch])
+
+    async def no_background_writer(self: SqliteJournal) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(SqliteJournal, "run_writer", no_background_writer)
+    monkeypatch.setattr(SqliteJournal, "_write", recording)
+    probe = AnswerOnlyProbe(tmp_path / "state")
+    access = {"workspace_write": "allow"}
+    async with serve(tmp_path, extra_tools=[probe], access=access) as harness:
+        (harness.workspace / "a.txt").write_text(READ_CONTENT + "\n")
+        stub = harness.stub()
+        session = await open_session(stub)
+        for tool, arguments in (("AnswerOnlyProbe", {}), ("ReadFile", {"path": "a.txt"})):
+            call = await prepare(stub, session, tool, arguments, evaluate=True)
+            batches.clear()
+            response = await invoke(stub, session, call.execution_id)
+            assert response.call.state == tool_call_pb2.STATE_SUCCEEDED
+            assert batches == [["call.invoked", "call.finished"]], tool
+            kinds = [r[2] for r in _rows(tmp_path / "state") if r[4] == call.execution_id]
+            assert kinds[-2:] == ["call.invoked", "call.finished"]
+        assert probe.seen == [False]  # not yet durable while it ran: nothing had left
+        # WriteFile changes the workspace: its invoked record is committed before it runs.
+        call = await prepare(
+            stub, session, "WriteFile", {"path": "b", "content": "x"}, evaluate=True
+        )
+        batches.clear()
+        await invoke(stub, session, call.execution_id)
+        assert batches == [["call.invoked"], ["call.finished"]]
+        # Streamed, output leaves while the tool runs: committed before it, as for all tools.
+        call = await prepare(stub, session, "AnswerOnlyProbe", {}, evaluate=True)
+        stream = stub.InvokeStream(
+            tool_service_pb2.InvokeStreamRequest(session_id=session, execution_id=call.execution_id)
+        )
+        async for _ in stream:
+            pass
+        assert probe.seen == [False, True]
+
+
 async def test_every_answer_is_committed_before_the_caller_gets_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
