@@ -28,7 +28,7 @@ from callgate.client.errors import (
 from callgate.client.exchange import APPROVE, CANCEL_CALL, GET_CALL, INVOKE, PREPARE
 from callgate.client.models import InvokeResult, Session, State, ToolCall, ToolResult, ToolSpec
 from callgate.client.transport import Transport
-from callgate.v1 import tool_service_pb2
+from callgate.v1 import tool_call_pb2, tool_service_pb2
 
 if TYPE_CHECKING:
     from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
@@ -284,9 +284,13 @@ class ClientSession:
             raise ValueError("wait must be zero or more seconds")
         invoke_request_id = str(uuid.uuid4())
         if self._transport.pipelines:
-            call, invoked = await self._pipelined(tool, args, loop_id, batch_id, invoke_request_id)
+            prepared, invoked = await self._pipelined(
+                tool, args, loop_id, batch_id, invoke_request_id
+            )
             if invoked is not None:
-                return invoked.result
+                # Only the result is returned: the calls in both answers are not converted.
+                return _result_of(invoked, prepared.execution_id)
+            call = call_from_proto(prepared)
         else:
             call = await self.prepare(
                 tool,
@@ -313,7 +317,7 @@ class ClientSession:
         loop_id: str,
         batch_id: str,
         invoke_request_id: str,
-    ) -> tuple[ToolCall, InvokeResult | None]:
+    ) -> tuple[tool_call_pb2.ToolCall, tool_service_pb2.InvokeResponse | None]:
         """Prepare (with an execution ID chosen here) and the Invoke naming it, sent back to
         back on the Exchange stream: one round trip for an allowed call. The server takes
         them in order, so the Invoke runs only if the call is APPROVED by then; otherwise it
@@ -347,10 +351,7 @@ class ClientSession:
                 failed = error  # raised once the Invoke (refused: no such call) is answered
         if failed is not None:
             raise failed
-        call = call_from_proto(response.call)
-        if not invoked:
-            return call, None
-        return call, _invoke_result(invoked[0], execution_id)
+        return response.call, invoked[0] if invoked else None
 
     async def _until_decided(self, call: ToolCall, wait: float | None) -> ToolCall:
         """Calls Approve until the call leaves PREPARED / AWAITING_APPROVAL or `wait` runs out."""
@@ -384,14 +385,17 @@ class ClientSession:
 
 
 def _invoke_result(response: tool_service_pb2.InvokeResponse, execution_id: str) -> InvokeResult:
-    call = call_from_proto(response.call)
+    return InvokeResult(
+        call=call_from_proto(response.call), result=_result_of(response, execution_id)
+    )
+
+
+def _result_of(response: tool_service_pb2.InvokeResponse, execution_id: str) -> ToolResult:
     if response.HasField("result"):
-        result = result_from_proto(response.result)
-    elif call.result is not None:
-        result = call.result
-    else:
-        raise ProtocolError(f"The server answered Invoke of {execution_id} without a result.")
-    return InvokeResult(call=call, result=result)
+        return result_from_proto(response.result)
+    if response.call.HasField("result"):
+        return result_from_proto(response.call.result)
+    raise ProtocolError(f"The server answered Invoke of {execution_id} without a result.")
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:

@@ -149,7 +149,11 @@ async def test_a_read_only_tool_commits_invoked_with_its_end_before_the_answer(
         (harness.workspace / "a.txt").write_text(READ_CONTENT + "\n")
         stub = harness.stub()
         session = await open_session(stub)
-        for tool, arguments in (("AnswerOnlyProbe", {}), ("ReadFile", {"path": "a.txt"})):
+        cases: list[tuple[str, dict[str, object]]] = [
+            ("AnswerOnlyProbe", {}),
+            ("ReadFile", {"path": "a.txt"}),
+        ]
+        for tool, arguments in cases:
             call = await prepare(stub, session, tool, arguments, evaluate=True)
             batches.clear()
             response = await invoke(stub, session, call.execution_id)
