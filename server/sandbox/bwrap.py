@@ -609,6 +609,7 @@ class BwrapRunner:
             log.error("could not bound a command", extra={"detail": str(exc)})
             raise CommandStartError("The command's resource limits could not be set.") from None
         gate.open_gate()
+        self.limiter.prepare_next()  # while the command runs
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)

@@ -159,11 +159,12 @@ class LaunchedCommand:
                 await self._release_limits(*self._limits)
 
     async def _release_limits(self, limiter: CommandLimiter, placement: Placement) -> None:
-        """Remove the command's cgroups. The kernel empties a PID namespace asynchronously, so
-        the removal may fail for a moment: then the limiter's sweep (at the next command, and
-        at shutdown) removes them; waiting here would cost every command ~20 ms."""
-        if not placement.release():
-            limiter.leftover(placement)
+        """Read what limit the command hit, and leave its cgroups to the limiter's sweep (while
+        the next command runs, and at shutdown): the kernel empties a PID namespace
+        asynchronously, so a removal now may fail for a moment, and waiting here would cost
+        every command ~20 ms."""
+        placement.settle()
+        limiter.leftover(placement)
 
     async def _terminate_tree(self, grace: float) -> None:
         raise NotImplementedError

@@ -100,13 +100,17 @@ class Placement:
                 return "pids_limit"
         return None
 
+    def settle(self) -> None:
+        """Record what hit a limit, once the command's tree is gone."""
+        if self.hit is None and not self._released:
+            self.hit = self._limit_hit()
+
     def release(self) -> bool:
         """Record what hit a limit and remove the cgroups; False when a process is still in
         one (it is killed, and the removal is left to `CommandLimiter.sweep`)."""
         if self._released:
             return True
-        if self.hit is None:
-            self.hit = self._limit_hit()
+        self.settle()
         removed = True
         for directory in self.directories:
             try:
@@ -136,6 +140,8 @@ class CommandLimiter:
         self._counter = itertools.count(1)
         self._leftovers: list[Placement] = []
         self._watchdog: Watchdog | None = None
+        # A command's cgroups made ahead of it (prepare_next); never used by two commands.
+        self._spare: Placement | None = None
         if mechanism == "none":
             return
         if mechanism in ("auto", "cgroup"):
@@ -174,10 +180,27 @@ class CommandLimiter:
             self._parents = []
 
     def place(self) -> Placement:
-        """Create the next command's cgroups (none under `rlimit`)."""
-        self.sweep()
+        """The next command's cgroups (none under `rlimit`): the ones `prepare_next` made
+        ahead, or new ones."""
         if not self._parents:
             return Placement((), 0)
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            return spare
+        self.sweep()
+        return self._create()
+
+    def prepare_next(self) -> None:
+        """While a command runs: remove the cgroups of commands that have ended and make the
+        next command's, so that neither is on that command's way (about half a millisecond)."""
+        self.sweep()
+        if self._parents and self._spare is None:
+            try:
+                self._spare = self._create()
+            except OSError as exc:  # the next command tries again itself
+                log.warning("could not prepare a command's cgroups", extra={"detail": str(exc)})
+
+    def _create(self) -> Placement:
         name = f"cmd-{next(self._counter)}"
         directories: list[Path] = []
         try:

@@ -39,11 +39,13 @@ async def bash(harness: Harness, session: str, command: str, limit: float = 20) 
 
 async def leftover_cgroups(harness: Harness) -> list[Path]:
     """The commands' cgroups still there once the limiter's sweep had a few chances (the
-    kernel empties a finished sandbox's PID namespace asynchronously)."""
+    kernel empties a finished sandbox's PID namespace asynchronously); the next command's,
+    made ahead of it, is not one of them."""
     limiter = harness.app.limiter
+    spare = set(limiter._spare.directories) if limiter._spare is not None else set()
     for _ in range(100):
         limiter.sweep()
-        left = [p for parent in limiter._parents for p in parent.glob("cmd-*")]
+        left = [p for parent in limiter._parents for p in parent.glob("cmd-*") if p not in spare]
         if not left:
             break
         await asyncio.sleep(0.05)

@@ -203,3 +203,30 @@ async def test_without_the_watchdogs_kill_the_commands_would_survive(
     finally:
         limiter.close()
     await gone(marker)
+
+
+async def test_the_next_commands_cgroups_are_made_while_one_runs_and_used_once(
+    runner: BwrapRunner, layout: Layout, limiter: CommandLimiter
+) -> None:
+    """The cgroups of the next command are made (and bounded) while a command runs, so that
+    neither their making nor the removal of ended ones is on a command's way; each command
+    still gets cgroups of its own."""
+    seen: list[str] = []
+    for _ in range(3):
+        spare = limiter._spare
+        async with started(runner, layout.spec("cat /proc/self/cgroup")) as running:
+            code, out = await finish(running)
+        assert code == 0, out
+        lines = out.decode().splitlines()
+        line = next(line for line in lines if ":pids:" in line or line.startswith("0::"))
+        seen.append(line.rsplit("/", 1)[-1])
+        if spare is not None:  # the one made during the previous command
+            assert seen[-1] == spare.directories[0].name
+        made = limiter._spare
+        assert made is not None
+        assert made is not spare
+        for directory in made.directories:
+            if directory.parent.parent.name == "pids":
+                assert (directory / "pids.max").read_text().strip() == str(LIMITS.pids)
+    assert len(set(seen)) == 3
+    assert all(name.startswith("cmd-") for name in seen)
