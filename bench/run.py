@@ -405,18 +405,24 @@ async def mcp_case(workspace: Path, expected: str, log: TextIO) -> AsyncIterator
         stdio_client(parameters, errlog=log) as (read, write),
         McpSession(read, write) as mcp,
     ):
-        async with asyncio.timeout(START_TIMEOUT):
-            await mcp.initialize()
-
-        async def read_file() -> None:
-            result = await mcp.call_tool("read_file", {"path": FILE_NAME})
-            content = result.content[0] if len(result.content) == 1 else None
-            if result.is_error or not isinstance(content, TextContent):
-                raise BenchmarkError(f"(c) MCP read_file failed: {result.content!r:.200}")
-            check_numbered("(c) MCP", content.text, expected)
-
         label = "(c) MCP stdio `call_tool(read_file)` 4 KiB (mcp package)"
-        yield Case(Series("c", label), read_file)
+        yield await mcp_read_case(mcp, Series("c", label), expected)
+
+
+async def mcp_read_case(mcp: McpSession, series: Series, expected: str) -> Case:
+    """`call_tool("read_file")` on an initialized MCP session, its result checked."""
+    async with asyncio.timeout(START_TIMEOUT):
+        await mcp.initialize()
+    case = f"({series.key}) MCP"
+
+    async def read_file() -> None:
+        result = await mcp.call_tool("read_file", {"path": FILE_NAME})
+        content = result.content[0] if len(result.content) == 1 else None
+        if result.is_error or not isinstance(content, TextContent):
+            raise BenchmarkError(f"{case} read_file failed: {result.content!r:.200}")
+        check_numbered(case, content.text, expected)
+
+    return Case(series, read_file)
 
 
 def free_port() -> int:
@@ -459,18 +465,8 @@ async def mcp_http_case(
         streamable_http_client(url) as (read, write),
         McpSession(read, write) as mcp,
     ):
-        async with asyncio.timeout(START_TIMEOUT):
-            await mcp.initialize()
-
-        async def read_file() -> None:
-            result = await mcp.call_tool("read_file", {"path": FILE_NAME})
-            content = result.content[0] if len(result.content) == 1 else None
-            if result.is_error or not isinstance(content, TextContent):
-                raise BenchmarkError(f"(h) MCP read_file failed: {result.content!r:.200}")
-            check_numbered("(h) MCP HTTP", content.text, expected)
-
         label = "(h) MCP streamable HTTP `call_tool(read_file)` 4 KiB (loopback)"
-        yield Case(Series("h", label), read_file)
+        yield await mcp_read_case(mcp, Series("h", label), expected)
 
 
 # --- the run ------------------------------------------------------------------------------

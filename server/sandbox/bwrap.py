@@ -52,7 +52,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -115,11 +115,7 @@ class Lifeline:
         try:
             lifeline_read, lifeline_write = os.pipe2(os.O_CLOEXEC)
             opened += [lifeline_read, lifeline_write]
-            script_read, script_write = os.pipe2(os.O_CLOEXEC)
-            opened += [script_read, script_write]
-            # A few hundred bytes: the pipe buffer takes them without blocking.
-            os.write(script_write, lifeline_script(lifeline_read, script_read))
-            os.close(opened.pop())
+            script_read = _script_pipe(lambda fd: lifeline_script(lifeline_read, fd), opened)
         except BaseException:
             for fd in opened:
                 os.close(fd)
@@ -128,7 +124,22 @@ class Lifeline:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"BASH_ENV": f"/proc/self/fd/{self.passed[1]}"}
+        return _bash_env(self.passed[1])
+
+
+def _script_pipe(render: Callable[[int], bytes], opened: list[int]) -> int:
+    """A pipe holding the script `render` makes from the pipe's own read end (what bash reads
+    through BASH_ENV); returns that read end, which stays in `opened` (the write end is closed
+    once written: a few hundred bytes, which the pipe buffer takes without blocking)."""
+    script_read, script_write = os.pipe2(os.O_CLOEXEC)
+    opened += [script_read, script_write]
+    os.write(script_write, render(script_read))
+    os.close(opened.pop())
+    return script_read
+
+
+def _bash_env(script_fd: int) -> dict[str, str]:
+    return {"BASH_ENV": f"/proc/self/fd/{script_fd}"}
 
 
 # The start gate: with the watchdog guarding (limits.py), no process per command. bubblewrap
@@ -169,20 +180,15 @@ class StartGate:
                 return cls(gate_write, gate_read, (gate_read,), {})
             gate_again = os.dup(gate_read)  # bubblewrap closes its --block-fd after the read
             opened.append(gate_again)
-            script_read, script_write = os.pipe2(os.O_CLOEXEC)
-            opened += [script_read, script_write]
-            script = START_GATE_SCRIPT.format(gate=gate_again, script=script_read)
-            os.write(script_write, script.encode())  # a few bytes: the pipe takes them
-            os.close(opened.pop())
+            script_read = _script_pipe(
+                lambda fd: START_GATE_SCRIPT.format(gate=gate_again, script=fd).encode(), opened
+            )
         except BaseException:
             for fd in opened:
                 os.close(fd)
             raise
         return cls(
-            gate_write,
-            gate_read,
-            (gate_read, gate_again, script_read),
-            {"BASH_ENV": f"/proc/self/fd/{script_read}"},
+            gate_write, gate_read, (gate_read, gate_again, script_read), _bash_env(script_read)
         )
 
     def open_gate(self) -> None:
