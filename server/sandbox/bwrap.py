@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
+import anyio.to_thread
 
 from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import is_within
@@ -63,7 +64,7 @@ from callgate.server.core.paths import is_within
 from ..tools import fsaccess
 from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
-from .limits import CommandLimiter, Placement
+from .limits import CommandLimiter, Placement, placed
 from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec, CommandStartError
 from .seccomp import SeccompProgram
@@ -541,6 +542,14 @@ def _guards(
     return lifeline, gate
 
 
+def _bound(limiter: CommandLimiter, init: int, placement: Placement, gate: StartGate) -> None:
+    """Bound the held init, let it start the command, and make the next command's cgroups
+    while it runs: one trip to a worker thread. Raises OSError, with the gate still shut."""
+    limiter.apply(init, placement)
+    gate.open_gate()
+    limiter.prepare_next()
+
+
 class BwrapRunner:
     """Starts commands under bubblewrap (see the module docstring)."""
 
@@ -610,12 +619,11 @@ class BwrapRunner:
         if gate is None or placement is None or self.limiter is None or init is None:
             return  # no init: bubblewrap failed before it, and reports why
         try:
-            self.limiter.apply(init, placement)
+            # In a worker thread: joining cgroups may wait for the kernel (limits.py).
+            await anyio.to_thread.run_sync(_bound, self.limiter, init, placement, gate)
         except OSError as exc:
             log.error("could not bound a command", extra={"detail": str(exc)})
             raise CommandStartError("The command's resource limits could not be set.") from None
-        gate.open_gate()
-        self.limiter.prepare_next()  # while the command runs
 
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
@@ -625,7 +633,7 @@ class BwrapRunner:
         lifeline: Lifeline | None = None
         gate: StartGate | None = None
         guard = self.guard()
-        placement = self.limiter.place() if self.limiter is not None else None
+        placement = await placed(self.limiter) if self.limiter is not None else None
         try:
             info_read, info_write = os.pipe2(os.O_CLOEXEC)
             passed.append(info_write)

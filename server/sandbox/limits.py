@@ -25,6 +25,11 @@ A command's cgroups are `<controller>/callgate-<server pid>-<random>/cmd-<n>`, r
 tree is gone (what hit a limit is read first); the server's own parent goes at shutdown, and
 parents left by a server that died are removed at start.
 
+Making, joining and removing cgroups may wait for the kernel (a cgroup v1 migration waits for
+an RCU grace period: ~11 ms at p90 while other sandboxes are torn down, and an rmdir took up
+to 180 ms under load), so the runners call `place`, `apply` and `prepare_next` in a worker
+thread, never on the event loop; `CommandLimiter` is safe to use from several threads.
+
 The watchdog (`Watchdog`): with cgroups, one process per server, started with the first
 sandboxed command, blocked reading a pipe whose only write end the server holds. When the
 server dies (kill -9 included) the read returns and the watchdog kills every process in the
@@ -43,9 +48,14 @@ import resource
 import secrets
 import signal
 import subprocess
+import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import anyio
+import anyio.to_thread
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +134,14 @@ class Placement:
         return removed
 
 
+async def placed(limiter: CommandLimiter) -> Placement:
+    """`limiter.place()` in a worker thread (it may make and remove cgroups). Shielded: a
+    caller cancelled meanwhile still gets the placement, and releases it on its way out."""
+    with anyio.CancelScope(shield=True):
+        placement = await anyio.to_thread.run_sync(limiter.place)
+    return placement
+
+
 def exit_limit(exit_code: int | None) -> str | None:
     """The limit an exit status says the command hit (CPU time, file size), if any."""
     return _SIGNALLED.get(exit_code) if exit_code is not None else None
@@ -138,10 +156,15 @@ class CommandLimiter:
         self._parents: list[Path] = []
         self._version = 0
         self._counter = itertools.count(1)
+        # Ended commands' cgroups, handed over from the event loop (`leftover`, no lock: a
+        # deque's append is atomic), and those the sweep could not remove yet.
+        self._ended: deque[Placement] = deque()
         self._leftovers: list[Placement] = []
         self._watchdog: Watchdog | None = None
         # A command's cgroups made ahead of it (prepare_next); never used by two commands.
         self._spare: Placement | None = None
+        # Held by whichever thread makes or removes cgroups (`place`, `prepare_next`, `sweep`).
+        self._lock = threading.Lock()
         if mechanism == "none":
             return
         if mechanism in ("auto", "cgroup"):
@@ -184,21 +207,23 @@ class CommandLimiter:
         ahead, or new ones."""
         if not self._parents:
             return Placement((), 0)
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            return spare
-        self.sweep()
-        return self._create()
+        with self._lock:
+            spare, self._spare = self._spare, None
+            if spare is not None:
+                return spare
+            self._sweep_locked()
+            return self._create()
 
     def prepare_next(self) -> None:
         """While a command runs: remove the cgroups of commands that have ended and make the
         next command's, so that neither is on that command's way (about half a millisecond)."""
-        self.sweep()
-        if self._parents and self._spare is None:
-            try:
-                self._spare = self._create()
-            except OSError as exc:  # the next command tries again itself
-                log.warning("could not prepare a command's cgroups", extra={"detail": str(exc)})
+        with self._lock:
+            self._sweep_locked()
+            if self._parents and self._spare is None:
+                try:
+                    self._spare = self._create()
+                except OSError as exc:  # the next command tries again itself
+                    log.warning("could not prepare a command's cgroups", extra={"detail": str(exc)})
 
     def _create(self) -> Placement:
         name = f"cmd-{next(self._counter)}"
@@ -277,25 +302,35 @@ class CommandLimiter:
 
     def sweep(self) -> None:
         """Remove the cgroups of commands whose last process has gone since."""
+        with self._lock:
+            self._sweep_locked()
+
+    def _sweep_locked(self) -> None:
+        while self._ended:
+            self._leftovers.append(self._ended.popleft())
         if self._leftovers:
             self._leftovers = [p for p in self._leftovers if not p.release()]
 
     def leftover(self, placement: Placement) -> None:
-        self._leftovers.append(placement)
+        """Hand an ended command's cgroups to the next sweep (called on the event loop)."""
+        self._ended.append(placement)
 
     def close(self) -> None:
         """At shutdown: every command's cgroups, then the server's own parents."""
         if self._watchdog is not None:
             self._watchdog.close()
             self._watchdog = None
-        self.sweep()
-        for parent in self._parents:
-            for child in parent.glob("cmd-*"):
-                _kill_members(child)
+        # Under the lock: a command's start still in a worker thread makes nothing after this.
+        with self._lock:
+            self._sweep_locked()
+            self._spare = None  # removed with the rest below
+            for parent in self._parents:
+                for child in parent.glob("cmd-*"):
+                    _kill_members(child)
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
                 with contextlib.suppress(OSError):
-                    child.rmdir()
-            with contextlib.suppress(OSError):
-                parent.rmdir()
+                    parent.rmdir()
 
 
 # The watchdog (see the module docstring). Its stdin is the pipe; "$@" are the server's cgroup

@@ -27,7 +27,7 @@ from callgate.server.core.models import SandboxMode
 
 from . import proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
-from .limits import CommandLimiter, Placement
+from .limits import CommandLimiter, Placement, placed
 from .pipes import PipeReceiveStream, PipeSendStream
 from .runner import CommandSpec
 
@@ -113,7 +113,7 @@ class UnconfinedRunner:
         argv = [BASH, "-c", spec.command]
         limits = None
         if self.limiter is not None:
-            placement = self.limiter.place()
+            placement = await placed(self.limiter)
             argv = self.limiter.wrap(argv, placement)
             limits = (self.limiter, placement)
         try:

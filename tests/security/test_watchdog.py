@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -230,3 +231,50 @@ async def test_the_next_commands_cgroups_are_made_while_one_runs_and_used_once(
                 assert (directory / "pids.max").read_text().strip() == str(LIMITS.pids)
     assert len(set(seen)) == 3
     assert all(name.startswith("cmd-") for name in seen)
+
+
+async def test_making_joining_and_removing_cgroups_never_stalls_the_event_loop(
+    runner: BwrapRunner, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making, joining and removing cgroups may wait for the kernel (a cgroup v1 migration
+    waits for an RCU grace period: tens of milliseconds while other sandboxes are torn down).
+    That waiting happens in a worker thread, so every other call on the server goes on
+    meanwhile. Here each of those steps takes half a second; the event loop never stops for
+    as long as half of that."""
+    slow = 0.5
+    for owner, name in ((CommandLimiter, "apply"), (CommandLimiter, "_create")):
+        original = getattr(owner, name)
+
+        def slowed(
+            self: object, *args: object, _original: Callable[..., object] = original
+        ) -> object:
+            time.sleep(slow)
+            return _original(self, *args)
+
+        monkeypatch.setattr(owner, name, slowed)
+    original_release = limits_module.Placement.release
+
+    def slow_release(self: limits_module.Placement) -> bool:
+        time.sleep(slow)
+        return original_release(self)
+
+    monkeypatch.setattr(limits_module.Placement, "release", slow_release)
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await anyio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(tick)
+        for _ in range(3):  # the first makes its cgroups, the next ones sweep the ended ones
+            async with started(runner, layout.spec("true")) as running:
+                code, out = await finish(running)
+            assert code == 0, out
+        group.cancel_scope.cancel()
+    assert gaps
+    assert max(gaps) < slow / 2, f"the event loop stopped for {max(gaps):.3f} s"
