@@ -8,8 +8,10 @@ Cases, each timed per sample with `time.perf_counter_ns` on one plain asyncio lo
   (c) the same read through an MCP server (the `mcp` package) over stdio;
   (h) the same MCP server over streamable HTTP on 127.0.0.1 (what a remote agent would use
       instead of callgate's gRPC), one session, the SDK's defaults.
-Diagnostics: (b) with `exchange=False` (two unary RPCs), and the unary pair broken down with
-the generated stub alone. Every server runs in its own
+Diagnostics: (e) the pipelined floor, two messages written on one open bare grpc.aio stream to
+the echo process and their two echoes read back (what (b) costs with a server that does
+nothing); (b) with `exchange=False` (two unary RPCs), and the unary pair broken down with the
+generated stub alone. Every server runs in its own
 process; all of them are stopped on exit, failed or not.
 
 Usage: bench/run.py [--iterations N] [--warmup N] [--interleave] [--json]
@@ -51,6 +53,7 @@ BENCH_DIR: Final = Path(__file__).resolve().parent
 FILE_NAME: Final = "file4k.txt"
 FILE_BYTES: Final = 4096
 ECHO_METHOD: Final = "/bench.Echo/Echo"  # bench/echo_server.py: SERVICE/METHOD
+ECHO_STREAM_METHOD: Final = "/bench.Echo/Exchange"  # bench/echo_server.py: SERVICE/STREAM_METHOD
 ECHO_PAYLOAD: Final = b"x" * 64
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
 START_TIMEOUT: Final = 20.0
@@ -315,6 +318,31 @@ async def echo_case(target: str) -> AsyncIterator[Case]:
 
 
 @asynccontextmanager
+async def echo_stream_case(target: str) -> AsyncIterator[Case]:
+    """(e): two messages out and their two echoes back on one open bidirectional stream."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        exchange: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            ECHO_STREAM_METHOD
+        )
+        stream = exchange()
+
+        async def pipelined_pair() -> None:
+            await stream.write(ECHO_PAYLOAD)
+            await stream.write(ECHO_PAYLOAD)
+            for _ in range(2):
+                if await stream.read() != ECHO_PAYLOAD:
+                    raise BenchmarkError("the echo stream answered with other bytes")
+
+        try:
+            yield Case(
+                Series("e", "(e) 2 messages out, 2 echoes back, one open bare stream"),
+                pipelined_pair,
+            )
+        finally:
+            stream.cancel()
+
+
+@asynccontextmanager
 async def callgate_case(
     target: str, token: str, expected: str, *, exchange: bool = True, pipeline: bool = True
 ) -> AsyncIterator[Case]:
@@ -519,6 +547,7 @@ async def run(settings: Settings, root: Path, expected: str) -> Results:
                     start_callgate(stack, root, workspace, state, callgate_log),
                 )
                 floor = await stack.enter_async_context(echo_case(echo_target))
+                stream_floor = await stack.enter_async_context(echo_stream_case(echo_target))
                 callgate = await stack.enter_async_context(
                     callgate_case(callgate_target, token, expected)
                 )
@@ -535,14 +564,17 @@ async def run(settings: Settings, root: Path, expected: str) -> Results:
                 http = await stack.enter_async_context(
                     mcp_http_case(stack, workspace, expected, mcp_log)
                 )
-                await measure(settings, [floor, callgate, mcp, http, sequential, unary, stub])
+                await measure(
+                    settings, [floor, callgate, mcp, http, stream_floor, sequential, unary, stub]
+                )
         except Exception:
             for name, log in (("callgate", callgate_log), ("MCP server", mcp_log)):
                 log.flush()
                 print(f"--- {name} log:\n{log_tail(Path(log.name))}", file=sys.stderr)
             raise
     main = [floor.series, callgate.series, mcp.series, http.series]
-    return Results(settings, main, [sequential.series, unary.series, stub.series, *stub.parts])
+    diagnostics = [stream_floor.series, sequential.series, unary.series, stub.series, *stub.parts]
+    return Results(settings, main, diagnostics)
 
 
 def environment() -> dict[str, str]:
@@ -592,6 +624,14 @@ def print_markdown(results: Results) -> None:
         f"pair); the Exchange stream saves ≈ {saved:.3f} ms (p50 of the unary client minus "
         f"p50 of the sequential Exchange client); pipelining the Invoke saves ≈ "
         f"{pipelined:.3f} ms more (sequential minus (b))"
+    )
+    stream_floor = results.case("e").p50
+    above = results.case("b").p50 - stream_floor
+    allowed = TARGET_B_OVER_C * results.case("c").p50 - stream_floor
+    print(
+        f"(b) spends {above:.3f} ms above its pipelined floor (p50 of (b) minus p50 of (e)); "
+        f"the b/c target leaves {allowed:.3f} ms for that ({TARGET_B_OVER_C} x p50 of (c) "
+        f"minus p50 of (e))"
     )
 
 
