@@ -26,9 +26,10 @@ tree is gone (what hit a limit is read first); the server's own parent goes at s
 parents left by a server that died are removed at start.
 
 Making, joining and removing cgroups may wait for the kernel (a cgroup v1 migration waits for
-an RCU grace period: ~11 ms at p90 while other sandboxes are torn down, and an rmdir took up
-to 180 ms under load), so the runners call `place`, `apply` and `prepare_next` in a worker
-thread, never on the event loop; `CommandLimiter` is safe to use from several threads.
+an RCU grace period: ~11 ms at p90 while other sandboxes are torn down, and removing ended
+commands' cgroups took up to 180 ms under load), so the runners call `place`, `apply` and
+`prepare_next` in a worker thread, never on the event loop; `CommandLimiter` is safe to use
+from several threads.
 
 The watchdog (`Watchdog`): with cgroups, one process per server, started with the first
 sandboxed command, blocked reading a pipe whose only write end the server holds. When the
