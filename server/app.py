@@ -8,6 +8,7 @@ import logging
 import os
 import pwd
 import shutil
+import signal
 import stat
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -67,6 +68,8 @@ from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings
 from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
+
+from .sandbox import proctree
 
 log = logging.getLogger(__name__)
 
@@ -537,6 +540,8 @@ class App:
                 self.lifecycle.attach_task_group(tasks.start_soon)
                 tasks.start_soon(self._sweep_forever)
                 tasks.start_soon(self.journal.run_writer)
+                if os.getpid() == 1:
+                    tasks.start_soon(self._reap_orphans)
                 try:
                     yield RunningServer(
                         addresses=tuple(addresses),
@@ -557,6 +562,17 @@ class App:
                 if metrics_server is not None:
                     await anyio.to_thread.run_sync(metrics_server.stop)
                 self.release()
+
+    async def _reap_orphans(self) -> None:
+        """As PID 1 of its PID namespace (the sidecar image), the server inherits every orphan
+        in it. bubblewrap's outer process exits with its command's status as soon as the
+        sandbox's init reports it, without waiting for that init, which then becomes ours:
+        left unreaped, one zombie per sandboxed command until no process can start. Reaped on
+        every SIGCHLD (`proctree.reap_orphaned_inits`: inits of nested namespaces only)."""
+        with anyio.open_signal_receiver(signal.SIGCHLD) as signals:
+            proctree.reap_orphaned_inits()
+            async for _ in signals:
+                proctree.reap_orphaned_inits()
 
     async def _drain(
         self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer

@@ -66,6 +66,35 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def in_nested_namespace(pid: int) -> bool:
+    """Whether `pid` lives in a PID namespace below ours (NSpid lists more than one number)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            status = handle.read()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith(b"NSpid:"):
+            return len(line.split()) > 2
+    return False
+
+
+def reap_orphaned_inits() -> int:
+    """Reap this process's children that are zombies in a PID namespace below ours; return how
+    many. Only a PID 1 (or subreaper) has such children: sandboxes' inits whose bubblewrap
+    exited without waiting for them (see `App._reap_orphans`). Nothing this server waits for
+    itself is taken: every process it starts is its child in its own namespace."""
+    reaped = 0
+    for pid in children_of(os.getpid()):
+        stat = read_stat(pid)
+        if stat is None or not stat.is_zombie or not in_nested_namespace(pid):
+            continue
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped += 1
+    return reaped
+
+
 def open_pidfd(pid: int) -> int | None:
     """A pidfd for `pid`, or None when no such process exists any more."""
     try:
