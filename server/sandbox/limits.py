@@ -136,11 +136,10 @@ class Placement:
 
 
 async def placed(limiter: CommandLimiter) -> Placement:
-    """`limiter.place()` in a worker thread (it may make and remove cgroups). Shielded: a
-    caller cancelled meanwhile still gets the placement, and releases it on its way out."""
-    with anyio.CancelScope(shield=True):
-        placement = await anyio.to_thread.run_sync(limiter.place)
-    return placement
+    """`limiter.place()` in a worker thread (it may make and remove cgroups). The thread is
+    never abandoned: a caller cancelled meanwhile still gets the placement (the cancellation
+    comes at its next checkpoint), and releases it on its way out."""
+    return await anyio.to_thread.run_sync(limiter.place)
 
 
 def exit_limit(exit_code: int | None) -> str | None:

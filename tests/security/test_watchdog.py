@@ -278,3 +278,26 @@ async def test_making_joining_and_removing_cgroups_never_stalls_the_event_loop(
         group.cancel_scope.cancel()
     assert gaps
     assert max(gaps) < slow / 2, f"the event loop stopped for {max(gaps):.3f} s"
+
+
+async def test_a_start_cancelled_while_its_cgroups_are_made_leaves_none(
+    runner: BwrapRunner, layout: Layout, limiter: CommandLimiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cgroups are made in a worker thread; a start cancelled meanwhile still gets them
+    and removes them on its way out: no command ran, and no cgroup is left."""
+    original = CommandLimiter._create
+
+    def slow_create(self: CommandLimiter) -> limits_module.Placement:
+        time.sleep(0.3)
+        return original(self)
+
+    monkeypatch.setattr(CommandLimiter, "_create", slow_create)
+    marker = layout.workspace / "ran"
+    with anyio.move_on_after(0.1) as scope:
+        await runner.start(layout.spec(f"touch {marker}"))
+    assert scope.cancelled_caught
+    await anyio.sleep(0.5)  # a thread abandoned to finish on its own would have made them now
+    assert not marker.exists()
+    parents = limiter._parents
+    assert parents
+    assert [child for parent in parents for child in parent.glob("cmd-*")] == []
