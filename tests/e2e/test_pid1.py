@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 from callgate.client import CallgateClient
 from callgate.server.sandbox.proctree import children_of, read_stat
 from tests.support.sandbox import bwrap_only
+from tests.support.serving import wait_until_serving
 
 pytestmark = [pytest.mark.anyio, *bwrap_only]
 
@@ -55,26 +55,21 @@ def pid1_server() -> Iterator[Pid1Server]:
     config.write_text(
         'approval_mode = "headless"\nsandbox = "bwrap"\n\n[access]\ncommand = "allow"\n'
     )
-    log = root / "server.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
     # --kill-child: the server goes with unshare, whatever happens to the test.
     unshare = [UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child"]
     serve = [CALLGATE, "serve", "--config", str(config), "--listen", f"unix://{root}/s.sock"]
     places = ["--workspace", str(root / "w"), "--state-dir", str(root / "s")]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*unshare, *serve, *places],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = subprocess.Popen(
+        [*unshare, *serve, *places],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while "serving on" not in log.read_text(errors="replace"):
-            assert process.poll() is None, log.read_text(errors="replace")
-            assert time.monotonic() < deadline, log.read_text(errors="replace")
-            time.sleep(0.05)
+        wait_until_serving(process, START_TIMEOUT)
         (server,) = children_of(process.pid)
         token = (root / "s" / "tokens" / "agent").read_text().strip()
         yield Pid1Server(f"unix://{root}/s.sock", token, server)
