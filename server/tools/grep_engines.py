@@ -35,7 +35,9 @@ from .grep_scan import GrepOutput, scan_file
 from .search_patterns import (
     GrepGlob,
     LineMatcher,
+    PatternUnsupported,
     compile_grep_regex,
+    grep_ripgrep_regex,
 )
 from .search_walk import (
     NOISE_NAMES,
@@ -168,10 +170,15 @@ async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
 
 
 def _confined_argv(
-    confinement: RipgrepConfinement, artifact: GrepArtifact, plan: GrepPlan, masked: list[str]
+    confinement: RipgrepConfinement,
+    artifact: GrepArtifact,
+    pattern: str,
+    plan: GrepPlan,
+    masked: list[str],
 ) -> tuple[list[str], list[int]]:
-    """bubblewrap's argv running ripgrep over the plan's target, and the fds it must be passed
-    (the tree's, opened without following symlinks, and the seccomp filter's)."""
+    """bubblewrap's argv running ripgrep for `pattern` (`grep_ripgrep_regex`) over the plan's
+    target, and the fds it must be passed (the tree's, opened without following symlinks,
+    and the seccomp filter's)."""
     argv = [
         confinement.rg_path,
         "--no-config",
@@ -202,7 +209,7 @@ def _confined_argv(
         cwd, name = os.path.split(plan.target)
         operand = "./" + name
         tree_fd = fsaccess.open_beneath(root, plan.target, os.O_PATH)
-    argv += ["--", artifact.pattern, operand]
+    argv += ["--", pattern, operand]
     seccomp_fd = None
     try:
         if confinement.seccomp is not None:
@@ -224,7 +231,11 @@ async def search_with_ripgrep(
         await search_in_python(artifact, plan)
         return None
     try:
-        argv, passed = _confined_argv(confinement, artifact, plan, masked)
+        pattern = grep_ripgrep_regex(artifact.pattern)
+    except PatternUnsupported:
+        return _pattern_unsupported()  # checked at Prepare: not reached
+    try:
+        argv, passed = _confined_argv(confinement, artifact, pattern, plan, masked)
     except (OSError, PathChanged):
         return None  # gone or swapped since the checks: nothing of it is searched
     try:
@@ -272,11 +283,14 @@ async def search_with_ripgrep(
         and not plan.out.lines
         and b"regex" in bytes(errors).lower()
     ):
-        return ToolResult.error(
-            "pattern_unsupported",
-            "ripgrep could not compile the pattern; simplify it.",
-        )
+        return _pattern_unsupported()
     return None
+
+
+def _pattern_unsupported() -> ToolResult:
+    return ToolResult.error(
+        "pattern_unsupported", "ripgrep could not compile the pattern; simplify it."
+    )
 
 
 # ripgrep's one non-record line (stdout, no NUL): after a match in a file that turns out to be

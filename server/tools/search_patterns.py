@@ -13,8 +13,9 @@ exactly the same input:
   `{` that does not start a repetition, repetitions over 1000, nested classes and class set
   operations (`&&`, `--`, `~~`), inline flags other than `i`, `m`, `s`, and line breaks (a
   match never spans lines). `\\s` means Unicode White_Space in both, `\\d` Unicode decimal
-  digits, `\\w` Unicode letters, marks, digits and connectors; `\\b` is a boundary between
-  ASCII word characters in RE2 (Unicode in ripgrep). Code points: `\\x41`, `\\x{1F600}`,
+  digits, `\\w` Unicode letters, marks, digits and connectors; `\\b` and `\\B` are about
+  ASCII word characters in both (RE2 has no Unicode boundary, so ripgrep is given
+  `(?-u:\\b)`: `grep_ripgrep_regex`). Code points: `\\x41`, `\\x{1F600}`,
   `\\u00e9`, `\\U0001F600`.
 - Files that are not UTF-8 text (a NUL byte or an invalid sequence anywhere) are skipped.
 """
@@ -243,6 +244,8 @@ class _RegexTranslator:
         self.pattern = pattern
         self.position = 0
         self.out: list[str] = []
+        # The same pattern for ripgrep: as written, but for ASCII word boundaries.
+        self.ripgrep: list[str] = []
         self.in_class = False
         self.class_start = 0
         self.quantified = False  # the previous token was a quantifier
@@ -259,7 +262,13 @@ class _RegexTranslator:
                 if pattern[self.position + 1] in _HEX_LENGTH:
                     self._emit(*_code_point(pattern, self.position))
                 else:
-                    self._emit(_translate_escape(pattern[self.position + 1], self.in_class), 2)
+                    escaped = pattern[self.position + 1]
+                    boundary = escaped in "bB" and not self.in_class
+                    self._emit(
+                        _translate_escape(escaped, self.in_class),
+                        2,
+                        ripgrep=f"(?-u:\\{escaped})" if boundary else None,
+                    )
             elif self.in_class:
                 self._class_member(char)
             elif char == "[":
@@ -277,8 +286,12 @@ class _RegexTranslator:
                 self._emit(char, 1, quantifier=char in "*+?")
         return "".join(self.out)
 
-    def _emit(self, text: str, consumed: int, *, quantifier: bool = False) -> None:
+    def _emit(
+        self, text: str, consumed: int, *, quantifier: bool = False, ripgrep: str | None = None
+    ) -> None:
         self.out.append(text)
+        end = self.position + consumed
+        self.ripgrep.append(self.pattern[self.position : end] if ripgrep is None else ripgrep)
         self.position += consumed
         self.quantified = quantifier
 
@@ -318,6 +331,14 @@ def grep_python_regex(pattern: str) -> str:
     """Translate a Grep regex into the RE2 regex that matches the same lines as ripgrep;
     raises PatternUnsupported for anything outside the common dialect."""
     return _RegexTranslator(pattern).translate()
+
+
+def grep_ripgrep_regex(pattern: str) -> str:
+    """The Grep regex as ripgrep is given it: as written, with `\\b` and `\\B` made ASCII
+    (`(?-u:\\b)`), as RE2 reads them; raises PatternUnsupported as `grep_python_regex`."""
+    translator = _RegexTranslator(pattern)
+    translator.translate()
+    return "".join(translator.ripgrep)
 
 
 class LineMatcher(Protocol):

@@ -435,6 +435,17 @@ def test_ripgrep_and_python_give_identical_output(
     assert with_rg == in_python
 
 
+@needs_rg
+@pytest.mark.parametrize("pattern", ["\\ba", "\\Ba", "(?i)\\bA\\b", "[ab]\\b"])
+async def test_word_boundaries_are_ascii_in_both_engines(workspace: Path, pattern: str) -> None:
+    """RE2 knows only ASCII word boundaries, so ripgrep is given those too: `\\ba` finds the
+    "a" after "é" with either engine (the property test's counterexample, pinned)."""
+    (workspace / "A").write_text("éa\nxa\n a\n", encoding="utf-8")
+    with_rg, in_python = await _both_engines(workspace, {"pattern": pattern}, ToolLimits())
+    assert with_rg == in_python
+    assert not with_rg.is_error
+
+
 async def test_grep_of_a_path_removed_or_retyped_since_prepare_fails(
     grep: Grep, workspace: Path, ctx: ToolContext
 ) -> None:
