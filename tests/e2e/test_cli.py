@@ -34,7 +34,7 @@ def _cli(*args: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProc
     )
 
 
-def _line(stream: IO[str], timeout: float = 10) -> str:
+def _line(stream: IO[str], timeout: float = 60) -> str:
     """The next line, waiting at most `timeout` seconds for it to start arriving."""
     ready, _, _ = select.select([stream], [], [], timeout)
     assert ready, f"no output within {timeout} s"

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from callgate.client import CallgateClient
+from callgate.client import CallgateClient, State
 from callgate.server.core.commands import Family, command_allowed, command_denied
 from callgate.server.core.preview import diff_preview as preview_diff
 from callgate.server.core.shell_parse import parse_command
@@ -88,7 +88,7 @@ async def callgate_serve(server_dir: Path, lines: int) -> AsyncIterator[Served]:
     )
     try:
         assert process.stderr is not None
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             while "serving on" not in (
                 line := await anyio.to_thread.run_sync(process.stderr.readline)
             ):
@@ -150,13 +150,17 @@ async def test_sigterm_ends_the_server_within_its_grace_during_a_long_grep(
     async with callgate_serve(server_dir, lines=2_000_000) as served:
         async with CallgateClient(served.target, token=served.token) as client:
             session = await client.open_session()
+            grep = await session.prepare("Grep", {"pattern": "(a+)+$", "path": "."}, evaluate=True)
+            assert grep.state is State.APPROVED, grep.state
             async with anyio.create_task_group() as tasks:
-
-                async def grep() -> None:
-                    await session.run("Grep", {"pattern": "(a+)+$", "path": "."})
-
-                tasks.start_soon(grep)
-                await anyio.sleep(0.5)
+                tasks.start_soon(session.invoke, grep.execution_id)
+                # The signal must find the search running, however long it takes to start.
+                with anyio.fail_after(60):
+                    async with aclosing(session.watch_call(grep.execution_id)) as changes:
+                        async for seen in changes:
+                            if seen.state is not State.APPROVED:
+                                break
+                assert seen.state is State.RUNNING, seen.state
                 signalled = time.monotonic()
                 served.process.send_signal(signal.SIGTERM)
                 code = await anyio.to_thread.run_sync(lambda: served.process.wait(timeout=30))

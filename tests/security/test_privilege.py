@@ -362,7 +362,7 @@ async def test_the_server_confines_the_agents_commands_with_the_filter(tmp_path:
         command = "cp /bin/true tool && chmod 4755 tool"
         call = await prepare(stub, session, "Bash", {"command": command}, evaluate=True)
         assert call.state == tool_call_pb2.STATE_APPROVED, call.denial.description
-        with anyio.fail_after(15):
+        with anyio.fail_after(60):
             response = await invoke(stub, session, call.execution_id)
         async with grpc.aio.insecure_channel(harness.tcp_target) as channel:
             check = health_pb2_grpc.HealthStub(channel).Check(

@@ -157,14 +157,14 @@ async def test_a_reader_that_never_reads_pins_no_memory_and_does_not_hold_shutdo
         )
         await responses.read()  # the first chunk, then never again
         budget = harness.app.tool_servicer.stream_budget
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            got = await stub.GetCall(
-                tpb.GetCallRequest(session_id=session, execution_id=call.execution_id)
+        # WatchCall ends after the call's terminal state: a wait on that event, bounded only
+        # against a failure.
+        async with asyncio.timeout(60):
+            changes = stub.WatchCall(
+                tpb.WatchCallRequest(session_id=session, execution_id=call.execution_id)
             )
-            if got.call.state == cpb.STATE_SUCCEEDED:
-                break
-        assert got.call.state == cpb.STATE_SUCCEEDED
+            states = [response.call.state async for response in changes]
+        assert states[-1] == cpb.STATE_SUCCEEDED
         assert budget.buffered <= 1 * MIB
         responses.cancel()
     # Leaving `serve` stopped the server with the stream still open: it did not hang.

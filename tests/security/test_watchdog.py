@@ -239,9 +239,9 @@ async def test_making_joining_and_removing_cgroups_never_stalls_the_event_loop(
     """Making, joining and removing cgroups may wait for the kernel (a cgroup v1 migration
     waits for an RCU grace period: tens of milliseconds while other sandboxes are torn down).
     That waiting happens in a worker thread, so every other call on the server goes on
-    meanwhile. Here each of those steps takes half a second; the event loop never stops for
+    meanwhile. Here each of those steps takes 1.5 s; the event loop never stops for
     as long as half of that."""
-    slow = 0.5
+    slow = 1.5
     for owner, name in ((CommandLimiter, "apply"), (CommandLimiter, "_create")):
         original = getattr(owner, name)
 

@@ -49,6 +49,11 @@ from tests.tools.drive import execute, invalid_field
 pytestmark = pytest.mark.anyio
 
 KIB = 1 << 10
+PATIENCE = 60
+"""Seconds a wait for a process (its start, output or end) may take before the test fails: only
+a failure gets there, but a loaded machine may be slow to start and schedule processes."""
+WAIT_MS = 30_000
+"""ProcessOutput's own wait for output that is sure to come (ended by the output, not by this)."""
 
 
 @dataclass
@@ -112,7 +117,7 @@ async def open_session(
         try:
             yield Session(ProcessServices(settings), resources, workspace, make_runner(sandbox))
         finally:
-            with anyio.fail_after(10):
+            with anyio.fail_after(PATIENCE):
                 await resources.aclose()
             tasks.cancel_scope.cancel()
 
@@ -139,7 +144,7 @@ def listed(got: dict[str, object]) -> list[dict[str, object]]:
 
 
 async def wait_finished(process: SupervisedProcess) -> None:
-    with anyio.fail_after(5):
+    with anyio.fail_after(PATIENCE):
         await process.finished.wait()
 
 
@@ -192,7 +197,7 @@ async def test_ten_megabytes_read_back_losslessly_with_cursors(tmp_path: Path) -
         cursor = 0
         digest = hashlib.sha256()
         started = time.perf_counter()
-        with anyio.fail_after(20):
+        with anyio.fail_after(PATIENCE):
             while True:
                 got = await output(
                     session,
@@ -272,8 +277,8 @@ async def test_wait_any_returns_on_new_output_and_all_on_every_exit(tmp_path: Pa
         quiet = await session.start("read line; echo got $line")
         talker = await session.start("echo hello; read line")
         both = [quiet.process_id, talker.process_id]
-        with anyio.fail_after(5):
-            got = await output(session, process_ids=both, wait="any", timeout_ms=5000)
+        with anyio.fail_after(PATIENCE):
+            got = await output(session, process_ids=both, wait="any", timeout_ms=WAIT_MS)
         by_id = {p["process_id"]: p for p in listed(got)}
         assert by_id[talker.process_id]["output"] == "hello\n"
         assert by_id[quiet.process_id]["output"] == ""
@@ -289,8 +294,10 @@ async def test_wait_any_returns_on_new_output_and_all_on_every_exit(tmp_path: Pa
                 {"process_id": process.process_id, "data": "x\n", "eof": True},
                 session.context(),
             )
-        with anyio.fail_after(5):
-            got = await output(session, process_ids=both, cursors=cursors, wait="all")
+        with anyio.fail_after(PATIENCE):
+            got = await output(
+                session, process_ids=both, cursors=cursors, wait="all", timeout_ms=WAIT_MS
+            )
         assert [p["status"] for p in listed(got)] == ["exited", "exited"]
         assert [p["output"] for p in listed(got)] == ["got x\n", ""]
 
@@ -335,8 +342,10 @@ async def test_input_round_trips_through_cat_and_eof_ends_it(tmp_path: Path, san
         first = await execute(tool, {"process_id": process.process_id, "data": "one\n"}, ctx)
         assert not first.is_error
         assert payload(first)["accepted_bytes"] == 4
-        with anyio.fail_after(5):
-            got = await output(session, process_id=process.process_id, wait="any")
+        with anyio.fail_after(PATIENCE):
+            got = await output(
+                session, process_id=process.process_id, wait="any", timeout_ms=WAIT_MS
+            )
         assert got["output"] == "one\n"
         last = await execute(
             tool, {"process_id": process.process_id, "data": "twö\n", "eof": True}, ctx
@@ -420,18 +429,24 @@ async def test_stop_modes_end_the_tree_with_their_reasons(tmp_path: Path, sandbo
     async with open_session(tmp_path, sandbox=sandbox) as session:
         tool = ProcessStop(session.services)
         ctx = session.context()
+        # A grace meant to be waited out (the ignored SIGTERM) is short; one meant to be cut
+        # short by the process ending is long, so that a slow machine cannot make it elapse.
+        long_grace = WAIT_MS
         cases = [
-            ("echo ready; exec sleep {}", "interrupt", 5000, "interrupted", 130),
-            ("echo ready; exec sleep {}", "terminate", 5000, "terminated", 143),
-            ("echo ready; exec sleep {}", "kill", 5000, "killed", 137),
+            ("echo ready; exec sleep {}", "interrupt", long_grace, "interrupted", 130),
+            ("echo ready; exec sleep {}", "terminate", long_grace, "terminated", 143),
+            ("echo ready; exec sleep {}", "kill", long_grace, "killed", 137),
             ("trap '' TERM; echo ready; sleep {} & wait", "terminate", 100, "killed", 137),
         ]
         for index, (template, mode, grace, reason, code) in enumerate(cases):
             mark = marker(f"1000.1{index}")
             process = await session.start(template.format(mark))
-            with anyio.fail_after(5):
+            with anyio.fail_after(PATIENCE + long_grace / 1000):
                 # Stop only once the command is set up (its trap installed).
-                await output(session, process_id=process.process_id, wait="any")
+                ready = await output(
+                    session, process_id=process.process_id, wait="any", timeout_ms=WAIT_MS
+                )
+                assert ready["output"] == "ready\n", template
                 result = await execute(
                     tool, {"process_id": process.process_id, "mode": mode, "grace_ms": grace}, ctx
                 )
@@ -540,15 +555,19 @@ async def test_closing_the_session_terminates_every_tree(tmp_path: Path, sandbox
             ),
         ]
         for process in processes:
-            with anyio.fail_after(5):
+            with anyio.fail_after(PATIENCE):
                 got = await output(
-                    session, process.loop_id, process_id=process.process_id, wait="any"
+                    session,
+                    process.loop_id,
+                    process_id=process.process_id,
+                    wait="any",
+                    timeout_ms=WAIT_MS,
                 )
             assert got["output"] == "ready\n"
         spools = session.resources.private_dir() / "processes"
         assert len(list(spools.iterdir())) == 2
         assert len(pids_running(mark)) == 3
-        with anyio.fail_after(10):
+        with anyio.fail_after(PATIENCE):
             await session.resources.aclose()
         assert pids_running(mark) == []
         assert not spools.exists()
