@@ -10,7 +10,7 @@ PROTOS := $(wildcard proto/callgate/v1/*.proto)
 # both resolve them offline; their Python modules come from googleapis-common-protos.
 PROTO_INCLUDES := -I proto -I third_party/googleapis
 
-.PHONY: install install-system run test lint typecheck proto proto-check buf-lint check bench image clean
+.PHONY: install install-system run test test-loaded lint typecheck proto proto-check buf-lint check bench image clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ run: install install-system
 # Install everything and run the whole test suite.
 test: install install-system
 	$(PY) -m pytest -q
+
+# The suite on a loaded machine (tests/loaded.py): two copies side by side while a busy server
+# serves sandboxed Bash calls; reports each copy's failures and the busy server's failed calls.
+test-loaded: install install-system
+	$(PY) tests/loaded.py
 
 proto: install
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc $(PROTO_INCLUDES) \

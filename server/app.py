@@ -9,8 +9,9 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import stat
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,7 +47,7 @@ from callgate.server.rpc.handlers import register_service
 from callgate.server.rpc.output_stream import StreamBudget
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_works
-from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
+from callgate.server.sandbox.limits import CGROUP_RECORD, CommandLimiter, CommandLimits
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
@@ -136,9 +137,10 @@ def build_rules(config: ServerConfig) -> RuleBook:
     )
 
 
-def build_limiter(config: ServerConfig) -> CommandLimiter:
+def build_limiter(config: ServerConfig, state_dir: Path | None = None) -> CommandLimiter:
     """Per-command limits (sandbox/limits.py); raises ConfigError when `cgroup` is asked
-    for and cannot be had."""
+    for and cannot be had. With `state_dir` (whose lock this server holds), the cgroups are
+    recorded there and what its earlier runs left is removed."""
     limits = config.command_limits
     try:
         return CommandLimiter(
@@ -149,6 +151,7 @@ def build_limiter(config: ServerConfig) -> CommandLimiter:
                 file_size_bytes=limits.file_size_bytes,
             ),
             limits.mechanism,
+            record=state_dir / CGROUP_RECORD if state_dir is not None else None,
         )
     except RuntimeError as exc:
         raise ConfigError(f"command_limits.mechanism: {exc}") from None
@@ -225,27 +228,39 @@ def _user_home() -> str | None:
 SANDBOX_MODE_METADATA = "callgate-sandbox-mode"
 SANDBOX_SECCOMP_METADATA = "callgate-sandbox-seccomp"
 SANDBOX_LIMITS_METADATA = "callgate-sandbox-limits"
+SANDBOX_LIMITS_CONDITION_METADATA = "callgate-sandbox-limits-condition"
 
 
 class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  # untyped base
     """grpc.health.v1 whose Check answers also carry the sandbox mode in effect as trailing
     metadata (`callgate-sandbox-mode: bwrap|none`, `callgate-sandbox-seccomp: on|off`,
-    `callgate-sandbox-limits: cgroup-v2|cgroup-v1|rlimit|none`): the
-    health "details" an operator can read with `callgate health` or `grpcurl -v`, since
-    HealthCheckResponse has no details field."""
+    `callgate-sandbox-limits: cgroup-v2|cgroup-v1|rlimit|none`, and
+    `callgate-sandbox-limits-condition: ok|recreated|unavailable`, read at each Check: whether
+    the command cgroups vanished and were made again, or cannot be, so commands are refused
+    with `sandbox_unavailable`): the health "details" an operator can read with
+    `callgate health` or `grpcurl -v`, since HealthCheckResponse has no details field."""
 
-    def __init__(self, sandbox_mode: str, seccomp: bool = False, limits: str = "none") -> None:
+    def __init__(
+        self,
+        sandbox_mode: str,
+        seccomp: bool = False,
+        limits: str = "none",
+        condition: Callable[[], str] = lambda: "ok",
+    ) -> None:
         super().__init__()
         self._trailer = (
             (SANDBOX_MODE_METADATA, sandbox_mode),
             (SANDBOX_SECCOMP_METADATA, "on" if seccomp else "off"),
             (SANDBOX_LIMITS_METADATA, limits),
         )
+        self._condition = condition
 
     async def Check(  # the gRPC method name
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> health_pb2.HealthCheckResponse:
-        context.set_trailing_metadata(self._trailer)
+        context.set_trailing_metadata(
+            (*self._trailer, (SANDBOX_LIMITS_CONDITION_METADATA, self._condition()))
+        )
         response: health_pb2.HealthCheckResponse = await super().Check(request, context)
         return response
 
@@ -275,6 +290,39 @@ def _chmod_socket(path: str) -> None:
         os.chmod(f"/proc/self/fd/{fd}", 0o660)
     finally:
         os.close(fd)
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """Remove what an earlier server left at a socket path, and only that: a socket nobody
+    accepts on. A socket another process serves, or anything that is not a socket, is not ours
+    to remove (two servers configured with one path must not steal it from each other)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    address = f"unix://{path}"
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(
+            f"config key listen: {address} exists and is not a socket; remove it or choose "
+            "another path"
+        )
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink()  # stale: no process listens on it any more
+        return
+    except OSError as exc:
+        raise ConfigError(
+            f"config key listen: {address} cannot be checked ({exc.strerror or exc}); "
+            "choose another path"
+        ) from None
+    finally:
+        probe.close()
+    raise ConfigError(
+        f"config key listen: {address} is in use by another server; choose another path"
+    )
 
 
 def _lock_state_dir(state_dir: Path) -> int:
@@ -336,7 +384,7 @@ class App:
             AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected
         )
         rg = shutil.which("rg") if config.tools.ripgrep else None
-        self.limiter = build_limiter(config)
+        self.limiter = build_limiter(config, self.state_dir)
         self.runner = build_runner(self.sandbox, self.limiter)
         self.command_settings = command_settings(config, os.environ)
         # The audit journal; opened (and the previous run's open calls abandoned) at start.
@@ -461,6 +509,7 @@ class App:
             self.sandbox.mode.value,
             seccomp=self.sandbox.seccomp is not None,
             limits=self.limiter.mechanism,
+            condition=lambda: self.limiter.condition,
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -481,8 +530,7 @@ class App:
             if address.startswith("unix://"):
                 path = Path(address.removeprefix("unix://"))
                 path.parent.mkdir(parents=True, exist_ok=True)
-                if path.exists() or path.is_symlink():
-                    path.unlink()
+                _clear_stale_socket(path)
                 server.add_insecure_port(f"unix:{path}")
                 bound.append(f"unix://{path}")
                 continue

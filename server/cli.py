@@ -23,6 +23,13 @@ STATE_DIR_HELP = (
 )
 
 
+# What `callgate health` says of the command cgroups' condition (app.SandboxReportingHealth).
+LIMITS_CONDITIONS = {
+    "recreated": "they had vanished and were made again",
+    "unavailable": "they are gone and cannot be made again: sandboxed commands are refused",
+}
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
     """--state-dir, else where `callgate serve` puts it with this environment."""
     from callgate.client import default_state_dir
@@ -437,13 +444,19 @@ def _health(args: argparse.Namespace) -> int:
                 return 1
             name = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
             print(name)
-            for key, value in await call.trailing_metadata() or ():
-                if key == "callgate-sandbox-mode":
-                    print(f"callgate: sandbox {value!s}", file=sys.stderr)
-                elif key == "callgate-sandbox-seccomp":
-                    print(f"callgate: seccomp {value!s}", file=sys.stderr)
-                elif key == "callgate-sandbox-limits":
-                    print(f"callgate: command limits {value!s}", file=sys.stderr)
+            trailer = {key: str(value) for key, value in await call.trailing_metadata() or ()}
+            if "callgate-sandbox-mode" in trailer:
+                print(f"callgate: sandbox {trailer['callgate-sandbox-mode']}", file=sys.stderr)
+            if "callgate-sandbox-seccomp" in trailer:
+                print(f"callgate: seccomp {trailer['callgate-sandbox-seccomp']}", file=sys.stderr)
+            if "callgate-sandbox-limits" in trailer:
+                condition = trailer.get("callgate-sandbox-limits-condition", "ok")
+                said = LIMITS_CONDITIONS.get(condition, condition)
+                print(
+                    f"callgate: command limits {trailer['callgate-sandbox-limits']}"
+                    + ("" if condition == "ok" else f" ({said})"),
+                    file=sys.stderr,
+                )
             return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
     return anyio.run(main)

@@ -21,9 +21,25 @@ Mechanisms, chosen at start (`[command_limits] mechanism`, default `auto`):
 CPU time (RLIMIT_CPU, per process: SIGXCPU, then SIGKILL) and file size (RLIMIT_FSIZE:
 SIGXFSZ / EFBIG) are rlimits under every mechanism: cgroups bound CPU rate, not time.
 
-A command's cgroups are `<controller>/callgate-<server pid>-<random>/cmd-<n>`, removed once its
-tree is gone (what hit a limit is read first); the server's own parent goes at shutdown, and
-parents left by a server that died are removed at start.
+A command's cgroups are `<base>/callgate-<instance>/cmd-<n>`, removed once its tree is gone
+(what hit a limit is read first). `<base>` is the server's own cgroup under cgroup v1 (so that
+commands stay inside whatever bounds the operator put the server in) and the hierarchy's root
+under v2 (whose no-internal-process rule forbids children beside the server). `<instance>` is
+random per run, never a PID: a server in another PID namespace cannot tell whether a PID names a
+live server, so a name with a PID in it proves nothing.
+
+Ownership (several servers on one host, each maybe in its own PID namespace): a server proves a
+cgroup parent is its own by the record `<state_dir>/cgroups`, which lists the parents the runs of
+that state directory made; the server writes it only while it holds the state directory's lock
+(app.py). At start it removes what earlier runs recorded (no live server holds the lock, so they
+are abandoned) and nothing else: it never looks at another server's cgroups. Processes are
+killed through `cgroup.kill` where the kernel has it (v2); under v1 through a pidfd, only after
+`/proc/<pid>/cgroup` shows the process is in the cgroup being emptied, and only when `/proc` is
+this server's own PID namespace (PIDs are never acted on across namespaces).
+
+Recovery: when the parents vanish anyway (an operator, or an older server's sweep), the next
+command recreates them; when that fails too, the command is refused with `sandbox_unavailable`
+(never an internal error), and health says which (`condition`).
 
 Making, joining and removing cgroups may wait for the kernel (a cgroup v1 migration waits for
 an RCU grace period: ~11 ms at p90 while other sandboxes are torn down, and removing ended
@@ -45,18 +61,22 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import resource
 import secrets
 import signal
 import subprocess
 import threading
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
+
+from .runner import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +85,10 @@ BASH = "/bin/bash"
 _V1_CONTROLLERS = ("pids", "memory")
 # Exit statuses of a shell whose command died of SIGXCPU / SIGXFSZ (or bash itself did).
 _SIGNALLED = {128 + signal.SIGXCPU: "cpu_limit", 128 + signal.SIGXFSZ: "file_size_limit"}
+# The record of the cgroup parents a state directory's runs made (see the module docstring).
+CGROUP_RECORD = "cgroups"
+# A parent's name: "callgate-" and 16 random hex digits (an instance of the server).
+_PARENT_NAME = re.compile(r"callgate-[0-9a-f]{16}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +111,10 @@ class Placement:
     def procs_files(self) -> list[str]:
         return [str(d / "cgroup.procs") for d in self.directories]
 
+    def intact(self) -> bool:
+        """Whether its cgroups still exist (something outside the server may remove them)."""
+        return all(d.is_dir() for d in self.directories)
+
     def _read(self, directory: Path, name: str) -> str:
         try:
             return (directory / name).read_text()
@@ -101,11 +129,11 @@ class Placement:
                     return "memory_limit"
                 if _counters(self._read(directory, "pids.events")).get("max", 0):
                     return "pids_limit"
-            elif directory.parent.parent.name == "memory":
+            elif _controller(directory) == "memory":
                 oom = _counters(self._read(directory, "memory.oom_control"))
                 if oom.get("oom_kill", 0) or oom.get("under_oom", 0):
                     return "memory_limit"
-            elif directory.parent.parent.name == "pids" and _counters(
+            elif _controller(directory) == "pids" and _counters(
                 self._read(directory, "pids.events")
             ).get("max", 0):
                 return "pids_limit"
@@ -150,9 +178,17 @@ def exit_limit(exit_code: int | None) -> str | None:
 class CommandLimiter:
     """Chooses the mechanism at start and wraps each command's argv (see the docstring)."""
 
-    def __init__(self, limits: CommandLimits, mechanism: str = "auto") -> None:
+    def __init__(
+        self, limits: CommandLimits, mechanism: str = "auto", record: Path | None = None
+    ) -> None:
         self.limits = limits
         self.mechanism = "none"
+        # "ok"; "recreated": the parents vanished and were made again; "unavailable": making
+        # them failed, and commands are refused until a later command succeeds (health says it).
+        self.condition = "ok"
+        # `<state_dir>/cgroups` (see the module docstring); None: nothing recorded or swept
+        # (benchmarks and tests that build a limiter without a server).
+        self._record = record
         self._parents: list[Path] = []
         self._version = 0
         self._counter = itertools.count(1)
@@ -175,32 +211,39 @@ class CommandLimiter:
             self.mechanism = "rlimit"
 
     def _setup_cgroups(self) -> None:
-        # Unique per server object: tests run several servers in one process.
-        name = f"callgate-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"callgate-{secrets.token_hex(8)}"
         unified = CGROUP_ROOT / "cgroup.controllers"
         try:
             if unified.exists():
                 controllers = unified.read_text().split()
                 if {"pids", "memory"} <= set(controllers):
-                    _remove_stale([CGROUP_ROOT])
-                    parent = CGROUP_ROOT / name
-                    parent.mkdir(exist_ok=True)
-                    (parent / "cgroup.subtree_control").write_text("+pids +memory")
-                    self._parents, self._version, self.mechanism = [parent], 2, "cgroup-v2"
+                    self._adopt([CGROUP_ROOT / name], 2)
                 return
             roots = [CGROUP_ROOT / c for c in _V1_CONTROLLERS]
             if all((r / "cgroup.procs").exists() for r in roots):
-                _remove_stale(roots)
-                parents = [r / name for r in roots]
-                for parent in parents:
-                    parent.mkdir(exist_ok=True)
-                self._parents, self._version, self.mechanism = parents, 1, "cgroup-v1"
+                self._adopt([_own_cgroup(root) / name for root in roots], 1)
         except OSError as exc:
             log.warning(
                 "cgroups are not writable here; commands get rlimits only",
                 extra={"detail": str(exc)},
             )
             self._parents = []
+
+    def _adopt(self, parents: list[Path], version: int) -> None:
+        """Sweep what earlier runs of this state directory left, record `parents` as this
+        run's, then make them."""
+        left = _sweep_recorded(self._record) if self._record is not None else []
+        if self._record is not None:
+            _write_record(self._record, [*left, *parents])
+        self._parents, self._version = parents, version
+        self._make_parents()
+        self.mechanism = f"cgroup-v{version}"
+
+    def _make_parents(self) -> None:
+        for parent in self._parents:
+            parent.mkdir(exist_ok=True)
+            if self._version == 2:
+                (parent / "cgroup.subtree_control").write_text("+pids +memory")
 
     def place(self) -> Placement:
         """The next command's cgroups (none under `rlimit`): the ones `prepare_next` made
@@ -209,10 +252,37 @@ class CommandLimiter:
             return Placement((), 0)
         with self._lock:
             spare, self._spare = self._spare, None
-            if spare is not None:
+            if spare is not None and spare.intact():
                 return spare
+            if spare is not None:
+                self._leftovers.append(spare)
             self._sweep_locked()
-            return self._create()
+            return self._create_or_recover()
+
+    def _create_or_recover(self) -> Placement:
+        """A command's cgroups; when the parents have vanished, they are made again first.
+        Raises SandboxUnavailable when neither works."""
+        try:
+            placement = self._create()
+        except OSError:
+            try:
+                self._make_parents()
+                placement = self._create()
+            except OSError as exc:
+                self.condition = "unavailable"
+                log.error(
+                    "the command cgroups are gone and cannot be made again",
+                    extra={"detail": str(exc)},
+                )
+                raise SandboxUnavailable(
+                    "The sandbox cannot bound this command: its cgroups are gone and could not "
+                    "be made again; the server's health check says more."
+                ) from None
+            log.warning("the command cgroups had vanished; they were made again")
+            self.condition = "recreated"
+        if self.condition == "unavailable":
+            self.condition = "recreated"
+        return placement
 
     def prepare_next(self) -> None:
         """While a command runs: remove the cgroups of commands that have ended and make the
@@ -246,7 +316,7 @@ class CommandLimiter:
             (directory / "memory.max").write_text(str(limits.memory_bytes))
             with contextlib.suppress(OSError):
                 (directory / "memory.swap.max").write_text("0")
-        elif directory.parent.parent.name == "pids":
+        elif _controller(directory) == "pids":
             (directory / "pids.max").write_text(str(limits.pids))
         else:
             (directory / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
@@ -391,6 +461,11 @@ class Watchdog:
             self._process.wait()
 
 
+def _controller(directory: Path) -> str:
+    """The v1 controller whose hierarchy holds `directory` (its mount under CGROUP_ROOT)."""
+    return directory.relative_to(CGROUP_ROOT).parts[0]
+
+
 def _counters(text: str) -> dict[str, int]:
     values: dict[str, int] = {}
     for line in text.splitlines():
@@ -401,25 +476,119 @@ def _counters(text: str) -> dict[str, int]:
 
 
 def _kill_members(directory: Path) -> None:
+    """SIGKILL every process in one of this server's cgroups: at once through `cgroup.kill`
+    (v2), else one by one, each only once it is proven a member (`_kill_if_member`)."""
+    try:
+        (directory / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass  # v1 has no cgroup.kill (or it is not writable here): one by one
     try:
         pids = (directory / "cgroup.procs").read_text().split()
     except OSError:
         return
+    if not _proc_is_ours():
+        return  # PIDs could not be checked against /proc: acting on them proves nothing
+    marker = f"/{directory.parent.name}/{directory.name}"
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
-            os.kill(int(pid), signal.SIGKILL)
+        if pid.isdigit() and int(pid) > 0:
+            _kill_if_member(int(pid), marker)
 
 
-def _remove_stale(roots: Sequence[Path]) -> None:
-    """Parents (and their commands' cgroups) of callgate servers that are no longer running."""
-    for root in roots:
-        for parent in root.glob("callgate-*"):
-            pid = parent.name.split("-")[1] if parent.name.count("-") >= 1 else ""
-            if not pid.isdigit() or int(pid) == os.getpid() or Path(f"/proc/{pid}").exists():
-                continue
-            for child in parent.glob("cmd-*"):
-                _kill_members(child)
-                with contextlib.suppress(OSError):
-                    child.rmdir()
-            with contextlib.suppress(OSError):
-                parent.rmdir()
+def _kill_if_member(pid: int, marker: str) -> None:
+    """SIGKILL `pid` if, and only if, it is in a cgroup whose path ends with `marker`. The
+    pidfd holds the process: while it lives its PID is not reused, so the /proc read and the
+    signal are about the same process (a process that ended meanwhile is not signalled)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        if any(line.endswith(marker) for line in lines):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except OSError:
+        pass  # ended meanwhile
+    finally:
+        os.close(pidfd)
+
+
+def _proc_is_ours() -> bool:
+    """Whether /proc is the procfs of this process's PID namespace (a container may mount
+    another one), so that /proc/<pid> names the process a PID means here."""
+    try:
+        return os.readlink("/proc/self") == str(os.getpid())
+    except OSError:
+        return False
+
+
+def _own_cgroup(root: Path) -> Path:
+    """The server's own cgroup in the v1 hierarchy mounted at `root` (where its commands'
+    parent goes), or `root` when /proc/self/cgroup does not name one that is there."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if root.name in controllers.split(","):
+                own = root / path.lstrip("/")
+                if own.is_dir() and ".." not in own.parts:
+                    return own
+    return root
+
+
+def _recorded(parent: Path) -> bool:
+    """Whether a line of the record has the shape of a parent a run of this server made (the
+    record lies in the private state directory; this is a second check, not the first)."""
+    return (
+        parent.is_absolute()
+        and parent.is_relative_to(CGROUP_ROOT)
+        and ".." not in parent.parts
+        and _PARENT_NAME.fullmatch(parent.name) is not None
+        and os.path.realpath(parent) == str(parent)
+    )
+
+
+# At start: how long the sweep waits for killed processes to leave an abandoned cgroup.
+SWEEP_PASSES = 20
+SWEEP_PAUSE_SECONDS = 0.05
+
+
+def _sweep_recorded(record: Path) -> list[Path]:
+    """Remove the cgroup parents that earlier runs of this state directory recorded (killing
+    what is left in their commands' cgroups); returns those that could not be removed yet."""
+    try:
+        lines = record.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    left: list[Path] = []
+    for line in lines:
+        parent = Path(line)
+        if not _recorded(parent) or not parent.is_dir():
+            continue
+        for attempt in range(SWEEP_PASSES):
+            if _remove_parent(parent):
+                break
+            if attempt + 1 < SWEEP_PASSES:
+                time.sleep(SWEEP_PAUSE_SECONDS)  # killed processes take a moment to leave
+        else:
+            log.warning("an abandoned command cgroup could not be removed yet; kept for later")
+            left.append(parent)
+    return left
+
+
+def _remove_parent(parent: Path) -> bool:
+    for child in parent.glob("cmd-*"):
+        _kill_members(child)
+        with contextlib.suppress(OSError):
+            child.rmdir()
+    with contextlib.suppress(OSError):
+        parent.rmdir()
+    return not parent.exists()
+
+
+def _write_record(record: Path, parents: Iterable[Path]) -> None:
+    """Replace the record (0600, written aside and renamed: never half written)."""
+    temporary = record.with_name(f".{record.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write("".join(f"{parent}\n" for parent in parents))
+    os.replace(temporary, record)

@@ -48,7 +48,17 @@ class CommandSpec:
 
 class CommandStartError(Exception):
     """The command could not be started (a bind source vanished, the sandbox failed to come
-    up). The message is one sentence without host paths; the details are logged."""
+    up). The message is one sentence without host paths; the details are logged. `code` is
+    the tool result's error code."""
+
+    code = "start_failed"
+
+
+class SandboxUnavailable(CommandStartError):
+    """The sandbox itself cannot bound commands now (its cgroups are gone and cannot be made
+    again): no command runs until it can; health says so."""
+
+    code = "sandbox_unavailable"
 
 
 class RunningCommand(Protocol):

@@ -73,7 +73,7 @@ class SupervisedBash:
                 "session_closing", "The session is closing; no process can start in it."
             )
         except CommandStartError as exc:
-            return ToolResult.error("start_failed", str(exc))
+            return ToolResult.error(exc.code, str(exc))
         try:
             # A short, bounded look at the first output: a quick command's answer (or a
             # server's banner) comes back with the start instead of costing a round trip.

@@ -407,7 +407,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
         try:
             running = await self.runner.start(spec)
         except CommandStartError as exc:
-            return ToolResult.error("start_failed", str(exc))
+            return ToolResult.error(exc.code, str(exc))
         assert artifact.timeout is not None  # a foreground call always has one
         return await run_foreground(
             running, artifact.timeout, ctx.output, kill_grace=self.settings.kill_grace_seconds

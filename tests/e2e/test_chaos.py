@@ -57,6 +57,7 @@ from callgate.client import (
     RuleEffect,
     State,
 )
+from callgate.server.sandbox.limits import CGROUP_RECORD
 from tests.support.sandbox import bwrap_only, live_processes
 
 pytestmark = [pytest.mark.anyio, *bwrap_only]
@@ -175,18 +176,24 @@ def sandboxes(pid: int) -> list[str]:
     return found
 
 
-def watchdogs(server: int) -> list[tuple[int, str]]:
-    """Live watchdogs of the server with PID `server` (their cgroup paths name it)."""
+def watchdogs(parents: list[Path]) -> list[tuple[int, str]]:
+    """Live watchdogs of the server whose cgroup parents are `parents` (their command lines
+    name them)."""
     return [
         found
         for found in marker_processes("callgate-watchdog")
-        if f"/callgate-{server}-" in found[1]
+        if any(str(parent) in found[1] for parent in parents)
     ]
 
 
-def cgroup_parents(server: int) -> list[Path]:
-    root = Path("/sys/fs/cgroup")
-    return [*root.glob(f"callgate-{server}-*"), *root.glob(f"*/callgate-{server}-*")]
+def cgroup_parents(state_dir: Path) -> list[Path]:
+    """The command cgroup parents the running server of `state_dir` recorded there (the last
+    run's; an earlier run's are removed at start)."""
+    try:
+        recorded = (state_dir / CGROUP_RECORD).read_text().split()
+    except FileNotFoundError:
+        return []
+    return [Path(line) for line in recorded if Path(line).is_dir()]
 
 
 def children(pid: int) -> list[str]:
@@ -431,12 +438,13 @@ async def killed_round(chaos: Chaos, round_: int, rng: random.Random) -> None:
                     assert chaos.process is not None
                     at_kill = marker_processes(chaos.marker)
                     server = chaos.process.pid
-                    if cgroup_parents(server):  # with cgroups the watchdog guards
-                        assert watchdogs(server), f"no watchdog; {chaos.context()}"
+                    parents = cgroup_parents(chaos.state_dir)
+                    if parents:  # with cgroups the watchdog guards
+                        assert watchdogs(parents), f"no watchdog; {chaos.context()}"
                     os.kill(server, signal.SIGKILL)
                     await wait_exit(chaos, GONE_TIMEOUT)
                     deadline = time.monotonic() + GONE_TIMEOUT
-                    while watchdogs(server):  # /proc: polled
+                    while watchdogs(parents):  # /proc: polled
                         assert time.monotonic() < deadline, f"a watchdog stayed; {chaos.context()}"
                         await anyio.sleep(0.02)
         except TimeoutError:
