@@ -76,7 +76,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from .runner import SandboxUnavailable
+from .runner import LimitsUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class CommandLimiter:
 
     def _create_or_recover(self) -> Placement:
         """A command's cgroups; when the parents have vanished, they are made again first.
-        Raises SandboxUnavailable when neither works."""
+        Raises LimitsUnavailable when neither works."""
         try:
             placement = self._create()
         except OSError:
@@ -274,7 +274,7 @@ class CommandLimiter:
                     "the command cgroups are gone and cannot be made again",
                     extra={"detail": str(exc)},
                 )
-                raise SandboxUnavailable(
+                raise LimitsUnavailable(
                     "The sandbox cannot bound this command: its cgroups are gone and could not "
                     "be made again; the server's health check says more."
                 ) from None

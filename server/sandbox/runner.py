@@ -54,7 +54,7 @@ class CommandStartError(Exception):
     code = "start_failed"
 
 
-class SandboxUnavailable(CommandStartError):
+class LimitsUnavailable(CommandStartError):
     """The sandbox itself cannot bound commands now (its cgroups are gone and cannot be made
     again): no command runs until it can; health says so."""
 
