@@ -12,6 +12,11 @@ Diagnostics, alternating with (s) again in a loop of their own: (r) the server's
 in this process (BwrapRunner.start and the foreground wait: start gate, cgroups, rlimits,
 seccomp, watchdog), (l) with the per-command lifeline (the fallback without cgroups), (f) with
 the seccomp filter (a fresh pipe holding the program, `--seccomp FD`).
+Confinement (issue 26), alternating once more with (s): (o) the read-only sandbox a read-only
+family's command runs in (every bind read-only, TMPDIR a tmpfs, no network) and (m) today's
+sandbox with the deny masks of `Bash(rm:*)`, `Bash(curl:*)` and `Bash(python3:*)` (every file of
+those programs in PATH covered by /dev/null), plus what finding those files costs (the walk of
+the PATH directories, once, and the remembered answer, per command).
 Targets: (b) at most 2 ms above (s) at the median (issue 15); (t) at least 100 MB/s.
 
 Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
@@ -29,7 +34,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -41,10 +46,11 @@ from callgate.client.models import ToolCall
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
 from callgate.server.sandbox.probe import detect_sandbox
+from callgate.server.sandbox.program_masks import ProgramMasks
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.sandbox.seccomp import SeccompProgram, build_program
 from callgate.server.tools.command_output import run_foreground
-from callgate.server.tools.command_spec import CommandSettings, command_env
+from callgate.server.tools.command_spec import SAFE_PATH, CommandSettings, command_env
 
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
 STREAM_COMMAND: Final = "head -c 200M /dev/zero"
@@ -54,6 +60,7 @@ CALL_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 5.0
 TARGET_OVERHEAD_MS: Final = 2.0
 TARGET_STREAM_MBPS: Final = 100.0
+DENIED_PROGRAMS: Final = frozenset({"rm", "curl", "python3"})
 
 
 class BenchmarkError(Exception):
@@ -283,6 +290,56 @@ async def measure_latency(
     return bare, e2e, with_lifeline, with_seccomp, with_runner, plain, plain_again
 
 
+@dataclass
+class Confinement:
+    plain: Series
+    read_only: Series
+    masked: Series
+    masked_files: int
+    walk_ms: float
+    remembered_us: float
+
+
+async def measure_confinement(root: Path, bwrap: str, iterations: int, warmup: int) -> Confinement:
+    """(s), (o) and (m) alternating (see the module docstring), and the mask look-up's cost."""
+    spec = bare_spec(root)
+    runner = BwrapRunner(bwrap)
+    masks = ProgramMasks()
+    started = time.perf_counter_ns()
+    key = masks.key(DENIED_PROGRAMS, SAFE_PATH.split(":"))
+    files = masks.find(key)
+    walk_ms = (time.perf_counter_ns() - started) / 1e6
+    started = time.perf_counter_ns()
+    for _ in range(1000):
+        masks.cached(masks.key(DENIED_PROGRAMS, SAFE_PATH.split(":")))
+    remembered_us = (time.perf_counter_ns() - started) / 1e3 / 1000
+    argvs = (
+        runner.argv(spec),
+        runner.argv(replace(spec, read_only=True)),
+        runner.argv(replace(spec, masked_paths=(*spec.masked_paths, *files))),
+    )
+    result = Confinement(
+        Series("(s3) (s) again, alternating with (o) and (m)"),
+        Series("(o) the read-only sandbox (read-only family): spawn and wait"),
+        Series("(m) today's sandbox with the deny masks of rm, curl, python3"),
+        len(files),
+        walk_ms,
+        remembered_us,
+    )
+    env = {"PATH": "/usr/bin:/bin"}
+    for index in range(warmup + iterations):
+        times = [time.perf_counter_ns()]
+        for argv in argvs:
+            await asyncio.wait_for(spawn_bare(argv, env), CALL_TIMEOUT)
+            times.append(time.perf_counter_ns())
+        if index >= warmup:
+            for series, start, end in zip(
+                (result.plain, result.read_only, result.masked), times, times[1:], strict=False
+            ):
+                series.samples_ns.append(end - start)
+    return result
+
+
 async def measure_stream(target: str, token: str, runs: int) -> list[float]:
     """MB/s (10^6 bytes per second) of each streaming run, Invoke to finished call."""
     rates: list[float] = []
@@ -326,12 +383,14 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         )
         bare, e2e, with_lifeline, with_seccomp, with_runner, plain, plain_again = series
         rates = await measure_stream(target, token, args.stream_runs)
+    confinement = await measure_confinement(root, status.bwrap_path, args.iterations, args.warmup)
     overhead = e2e.p50_ms() - bare.p50_ms()
     best = max(rates)
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
     print("| case | p50 ms | p99 ms |")
     print("|---|---:|---:|")
-    for one in (bare, e2e, plain, with_lifeline, with_seccomp, plain_again, with_runner):
+    confined = (confinement.plain, confinement.read_only, confinement.masked)
+    for one in (bare, e2e, plain, with_lifeline, with_seccomp, plain_again, with_runner, *confined):
         print(f"| {one.label} | {one.p50_ms():.2f} | {one.p99_ms():.2f} |")
     print()
     print("| measure | value | target | result |")
@@ -356,6 +415,20 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     print(
         f"| diagnostic: the seccomp filter's share of (b) minus (s), (f) minus (s') at p50 "
         f"| {seccomp_ms:.2f} ms | — | — |"
+    )
+    read_only_ms = confinement.read_only.p50_ms() - confinement.plain.p50_ms()
+    print(
+        f"| the read-only sandbox against today's, (o) minus (s3) at p50 "
+        f"| {read_only_ms:+.2f} ms | — | — |"
+    )
+    masked_ms = confinement.masked.p50_ms() - confinement.plain.p50_ms()
+    print(
+        f"| {confinement.masked_files} deny masks against none, (m) minus (s3) at p50 "
+        f"| {masked_ms:+.2f} ms | — | — |"
+    )
+    print(
+        f"| finding the masked files: the PATH walk (once per rule change) / remembered "
+        f"| {confinement.walk_ms:.2f} ms / {confinement.remembered_us:.1f} µs | — | — |"
     )
     runs = ", ".join(f"{rate:.0f}" for rate in rates)
     print(

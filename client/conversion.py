@@ -151,6 +151,7 @@ def decision_from_proto(message: tool_call_pb2.Decision) -> Decision:
             timestamp_from_proto(message.decide_time) if message.HasField("decide_time") else None
         ),
         reason=message.reason,
+        read_only=message.read_only,
     )
 
 

@@ -116,6 +116,8 @@ class Decision(_Frozen):
     rule_ids: tuple[str, ...]
     decide_time: datetime | None
     reason: str
+    # Allowed only by read-only command families: the command ran in the read-only sandbox.
+    read_only: bool = False
 
 
 class Denial(_Frozen):

@@ -229,6 +229,12 @@ SANDBOX_MODE_METADATA = "callgate-sandbox-mode"
 SANDBOX_SECCOMP_METADATA = "callgate-sandbox-seccomp"
 SANDBOX_LIMITS_METADATA = "callgate-sandbox-limits"
 SANDBOX_LIMITS_CONDITION_METADATA = "callgate-sandbox-limits-condition"
+COMMAND_FAMILIES_METADATA = "callgate-command-families"
+# Said at start, in health and in every Session when no sandbox holds command families.
+FAMILIES_GATED = (
+    "command families (Bash(...:*) rules) allow nothing by themselves without the sandbox: "
+    "every command they would allow waits for a human; exact command rules still apply"
+)
 
 
 class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  # untyped base
@@ -237,8 +243,10 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
     `callgate-sandbox-limits: cgroup-v2|cgroup-v1|rlimit|none`, and
     `callgate-sandbox-limits-condition: ok|recreated|unavailable`, read at each Check: whether
     the command cgroups vanished and were made again, or cannot be, so commands are refused
-    with `sandbox_unavailable`): the health "details" an operator can read with
-    `callgate health` or `grpcurl -v`, since HealthCheckResponse has no details field."""
+    with `sandbox_unavailable`; `callgate-command-families: enforced|gated`: whether the
+    sandbox holds what command families promise, or they allow nothing by themselves): the
+    health "details" an operator can read with `callgate health` or `grpcurl -v`, since
+    HealthCheckResponse has no details field."""
 
     def __init__(
         self,
@@ -246,12 +254,14 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
         seccomp: bool = False,
         limits: str = "none",
         condition: Callable[[], str] = lambda: "ok",
+        families: str = "enforced",
     ) -> None:
         super().__init__()
         self._trailer = (
             (SANDBOX_MODE_METADATA, sandbox_mode),
             (SANDBOX_SECCOMP_METADATA, "on" if seccomp else "off"),
             (SANDBOX_LIMITS_METADATA, limits),
+            (COMMAND_FAMILIES_METADATA, families),
         )
         self._condition = condition
 
@@ -380,9 +390,21 @@ class App:
         )
         self.protected = ProtectedPaths(globs, roots=[str(self.state_dir)], readonly_globs=readonly)
         self.rules = build_rules(config)
+        # What a `Bash(…:*)` family promises is held by the sandbox (read-only families run
+        # read-only, denied programs are masked); without one, families allow nothing alone.
+        families_enforced = self.sandbox.mode is SandboxMode.BWRAP
         self.gate = Gate(
-            AccessDefaults.model_validate(config.access.model_dump()), self.rules, self.protected
+            AccessDefaults.model_validate(config.access.model_dump()),
+            self.rules,
+            self.protected,
+            families_enforced=families_enforced,
         )
+        sandbox_warning = self.sandbox.warning
+        if not families_enforced:
+            log.warning("command families are not enforced", extra={"detail": FAMILIES_GATED})
+            sandbox_warning = (
+                f"{sandbox_warning}; {FAMILIES_GATED}" if sandbox_warning else (FAMILIES_GATED)
+            )
         rg = shutil.which("rg") if config.tools.ripgrep else None
         self.limiter = build_limiter(config, self.state_dir)
         self.runner = build_runner(self.sandbox, self.limiter)
@@ -420,7 +442,7 @@ class App:
                 allowed_roots=tuple(os.path.realpath(r) for r in roots),
                 headless=headless,
                 sandbox_mode=self.sandbox.mode,
-                sandbox_warning=self.sandbox.warning,
+                sandbox_warning=sandbox_warning,
                 sandbox_limits=self.limiter.mechanism,
                 call_ttl_seconds=config.calls.ttl_seconds,
                 approval_timeout_seconds=config.approval.timeout_seconds,
@@ -510,6 +532,7 @@ class App:
             seccomp=self.sandbox.seccomp is not None,
             limits=self.limiter.mechanism,
             condition=lambda: self.limiter.condition,
+            families="enforced" if self.gate.families_enforced else "gated",
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

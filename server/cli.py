@@ -457,6 +457,12 @@ def _health(args: argparse.Namespace) -> int:
                     + ("" if condition == "ok" else f" ({said})"),
                     file=sys.stderr,
                 )
+            if trailer.get("callgate-command-families") == "gated":
+                print(
+                    "callgate: command families allow nothing by themselves (no sandbox holds "
+                    "them): every command they would allow waits for a human",
+                    file=sys.stderr,
+                )
             return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
     return anyio.run(main)

@@ -27,6 +27,7 @@ def journal_change(
             "decided_by": decision.decided_by if decision is not None else "policy",
             "rule_ids": list(decision.rule_ids) if decision is not None else [],
             "denial_kind": denial.kind.value if denial is not None else "",
+            "read_only": decision.read_only if decision is not None else False,
         }
     elif state.is_terminal:
         kind = "call.finished"

@@ -77,12 +77,15 @@ __all__ = [
     "command_denied",
     "command_pattern",
     "command_warnings",
+    "denied_program",
+    "family_read_only",
     "family_words",
     "is_family_pattern",
     "normalize_command",
     "parse_command",
     "parse_family",
     "rule_candidates",
+    "words_inert",
 ]
 
 FAMILY_PREFIX = "Bash("
@@ -265,8 +268,9 @@ def rule_candidates(command: str) -> list[str]:
     program and subcommand words (`git log --oneline` gives `Bash(git log:*)`, `ls -la` gives
     `Bash(ls:*)`); `family_words` says what it covers. Nothing wider than what was seen: no
     family for a program that writes, deletes, runs code or reaches the network (`make test`,
-    `npm test`, `cp`), for one the table does not list, for a command word holding a `/`, or
-    for a shell, a transparent wrapper, an interpreter or a code-running builtin.
+    `npm test`, `cp`), for one the table does not list, for a command word holding a `/`, for
+    a shell, a transparent wrapper, an interpreter or a code-running builtin, or for a command
+    whose words are not provably inert (`words_inert`).
     """
     normalized = normalize_command(command)
     if not normalized:
@@ -276,7 +280,7 @@ def rule_candidates(command: str) -> list[str]:
     if not parsed.fully_understood or len(parsed.segments) != 1:
         return candidates
     (segment,) = parsed.segments
-    if not segment.simple or segment.nested:
+    if not segment.simple or segment.nested or not words_inert(normalized, segment):
         return candidates
     head = segment.words[0]
     if "/" in head or runs_other_code(head):
@@ -300,6 +304,69 @@ def rule_candidates(command: str) -> list[str]:
     if family.covers(segment):
         candidates.append(family.pattern)
     return candidates
+
+
+# What no inert word holds, quoted or not: expansions and substitutions (`$`, a backtick),
+# array subscripts that bash evaluates as arithmetic (`test -v 'a[$(cmd)]'`, `printf -v`,
+# `read`, `let`), escapes, and control characters.
+_NOT_INERT = re.compile(r"[$`\[\]\\\x00-\x1f\x7f]")
+
+
+def words_inert(command: str, segment: Segment) -> bool:
+    """Whether the parse proves that no word of a one-segment command can run code however a
+    program or a builtin reads it: every word plain text (bare, or quoted with nothing but plain
+    characters inside) and no `$` or backtick anywhere in the text (redirections included).
+    Only then is a family offered: a family covers later commands' words by their shape, and
+    a word with a subscript or an expansion in it is code to bash wherever it lands."""
+    if "$" in command or "`" in command:
+        return False
+    return all(
+        not _NOT_INERT.search(word) and (kind.is_literal or _left_as_written(word, kind))
+        for word, kind in zip(segment.words, segment.kinds, strict=True)
+    )
+
+
+_GLOB = frozenset("*?[]")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def _left_as_written(word: str, kind: WordKind) -> bool:
+    """A word the parser calls a pattern that bash nevertheless leaves as it is: no glob
+    character, no tilde where bash expands one (the start, after `=` or `:`), and no brace
+    holding a comma or a `..` sequence (`HEAD~1`, `stash@{0}`). A glob is never inert: it
+    expands to file names, which an agent chooses (`a[$(cmd)]` is a valid file name)."""
+    if kind is not WordKind.PATTERN or _GLOB.intersection(word):
+        return False
+    if word.startswith("~") or "=~" in word or ":~" in word:
+        return False
+    return not any("," in inner or ".." in inner for inner in _BRACES.findall(word))
+
+
+@functools.lru_cache(maxsize=1024)
+def family_read_only(pattern: str) -> bool:
+    """Whether a family names only what the program table rates read-only: a known program (and
+    subcommand) listed as read-only whose words imply no effect beyond reading, never a shell,
+    wrapper, interpreter or code-running builtin. A command such a family allows (by policy, not
+    by a human decision on that exact call) runs in the read-only sandbox, so the kernel holds
+    what the family's name promises whatever the shell makes of the words."""
+    family = parse_family(pattern)
+    if runs_other_code(family.tokens[0]) or "/" in family.tokens[0]:
+        return False
+    reading = read(TABLE, family.tokens, (WordKind.BARE,) * len(family.tokens))
+    if reading.entry is None or reading.opaque_at is not None or not reading.entry.read_only:
+        return False
+    return not _implied(family.tokens)
+
+
+def denied_program(pattern: str) -> str | None:
+    """The program a deny family names when it is nothing but a program (`Bash(rm:*)` names
+    `rm`): its files are masked in every sandboxed command, so no spelling runs it. A family
+    with more words (`Bash(rm -r:*)`, `Bash(git push:*)`) names no program to mask: those are
+    matched on the text only."""
+    family = parse_family(pattern)
+    if len(family.tokens) != 1 or "=" in family.tokens[0]:
+        return None
+    return posixpath.basename(family.tokens[0]) or None
 
 
 def family_words(pattern: str) -> str:

@@ -64,7 +64,9 @@ class CallDecisions:
         """Apply an Allow or Deny verdict; False when the verdict leaves it to a human."""
         now = self.clock.now()
         if verdict.access is Access.ALLOW:
-            record.decision = Decision("policy", verdict.rule_ids, now, verdict.reason)
+            record.decision = Decision(
+                "policy", verdict.rule_ids, now, verdict.reason, read_only=verdict.read_only
+            )
             record.deadline = self.clock.monotonic() + self.settings.call_ttl_seconds
             record.expire_time = now + timedelta(seconds=self.settings.call_ttl_seconds)
             record.move(State.APPROVED, now)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from .commands import normalize_command
+from .commands import family_read_only, is_family_pattern, normalize_command
 from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
 from .paths import ProtectedPaths, is_within
 from .rules import Effect, RuleBook, is_network_target
@@ -49,6 +49,9 @@ class Verdict:
     denial: Denial | None = None
     rule_ids: tuple[str, ...] = ()
     unmet: tuple[Requirement, ...] = ()
+    # True when the call's command was allowed only by read-only families
+    # (`commands.family_read_only`): it must run in the read-only sandbox.
+    read_only: bool = False
 
 
 # Bash commands may be up to 64 KiB; the match is the normalized command itself.
@@ -58,10 +61,21 @@ _MAX_MATCH = 65_536 + 1024
 class Gate:
     """Evaluates requirements against access defaults, protected paths and rules."""
 
-    def __init__(self, access: AccessDefaults, rules: RuleBook, protected: ProtectedPaths) -> None:
+    def __init__(
+        self,
+        access: AccessDefaults,
+        rules: RuleBook,
+        protected: ProtectedPaths,
+        *,
+        families_enforced: bool = True,
+    ) -> None:
         self.access = access
         self.rules = rules
         self.protected = protected
+        # False where no sandbox holds what a `Bash(…:*)` family promises (no bubblewrap):
+        # families then allow nothing by themselves, and only exact command rules meet a
+        # command (a human saw exactly that text).
+        self.families_enforced = families_enforced
 
     def evaluate(
         self, requirements: Sequence[Requirement], session_id: str, workspace_root: str
@@ -115,17 +129,29 @@ class Gate:
         # 4. Allow rules meet gated requirements.
         used: set[str] = set()
         unmet: list[Requirement] = []
+        # Commands met by rules, and whether every such rule is a read-only family.
+        commands_by_rule = 0
+        read_only = True
         for requirement, access in routed:
             if self.needs_human(requirement):
                 # Neither the access default nor any allow rule meets it, however wide.
                 unmet.append(dataclasses.replace(requirement, human_only=True))
                 continue
+            command = requirement.kind == RequirementKind.COMMAND_EXECUTE
             if access is Access.ALLOW:
+                read_only = read_only and not command
                 continue
             # Collective for commands: different shell segments may be met by different rules.
-            allowing = self.rules.allowing(requirement, session_id, workspace_root)
+            allowing = self.rules.allowing(
+                requirement, session_id, workspace_root, families=self.families_enforced
+            )
             if allowing:
                 used.update(r.rule_id for r in allowing)
+                if command:
+                    commands_by_rule += 1
+                    read_only = read_only and all(
+                        is_family_pattern(r.match) and family_read_only(r.match) for r in allowing
+                    )
             else:
                 unmet.append(requirement)
         if not unmet:
@@ -134,7 +160,12 @@ class Gate:
                 if not used
                 else "gated requirements are covered by allow rules"
             )
-            return Verdict(access=Access.ALLOW, reason=reason, rule_ids=tuple(sorted(used)))
+            return Verdict(
+                access=Access.ALLOW,
+                reason=reason,
+                rule_ids=tuple(sorted(used)),
+                read_only=read_only and commands_by_rule > 0,
+            )
         return Verdict(
             access=Access.GATED,
             reason="a human approver must decide",

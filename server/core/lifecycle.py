@@ -435,7 +435,16 @@ class Lifecycle:
     ) -> ToolResult | None:
         """Run the call's artifact; return the tool's whole result (None when cancelled)."""
         tool = self.tools.get(record.tool_name)
-        ctx = self._context(session, session.loops[record.loop_id], output, record.execution_id)
+        ctx = self._context(
+            session,
+            session.loops[record.loop_id],
+            output,
+            record.execution_id,
+            read_only=record.decision is not None and record.decision.read_only,
+            denied_programs=self.gate.rules.denied_programs(
+                session.session_id, session.workspace.root
+            ),
+        )
         result: ToolResult | None = None
         with anyio.CancelScope() as scope:
             record.cancel_scope = scope
@@ -690,6 +699,9 @@ class Lifecycle:
         loop: LoopState,
         output: OutputSink | None,
         execution_id: str = "",
+        *,
+        read_only: bool = False,
+        denied_programs: frozenset[str] = frozenset(),
     ) -> ToolContext:
         return ToolContext(
             session_id=session.session_id,
@@ -700,6 +712,8 @@ class Lifecycle:
             execution_id=execution_id,
             principal=session.owner,
             output=output,
+            read_only=read_only,
+            denied_programs=denied_programs,
         )
 
     def _session(self, principal: Principal, session_id: str) -> Session:

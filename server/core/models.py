@@ -96,6 +96,9 @@ class Decision:
     rule_ids: tuple[str, ...]
     decide_time: datetime
     reason: str
+    # The call was allowed by read-only command families only (no human saw this exact call):
+    # its command runs in the read-only sandbox (gate.Verdict.read_only).
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from .commands import (
     CommandMatcher,
     CommandPatternError,
     command_pattern,
+    denied_program,
     is_family_pattern,
     normalize_command,
 )
@@ -205,13 +206,19 @@ class RuleBook:
         ]
 
     def allowing(
-        self, requirement: Requirement, session_id: str, workspace_root: str
+        self,
+        requirement: Requirement,
+        session_id: str,
+        workspace_root: str,
+        *,
+        families: bool = True,
     ) -> list[Rule]:
         """The allow rules that cover `requirement`, or [] when it is not covered.
 
         A command is covered collectively: an exact rule, or every shell segment by one of the
         applicable families (different segments by different rules), and all of those rules are
-        returned. Every other kind is covered rule by rule, as `matching` does.
+        returned; with `families` False only exact rules count (no sandbox holds a family).
+        Every other kind is covered rule by rule, as `matching` does.
         """
         if requirement.kind != RequirementKind.COMMAND_EXECUTE:
             return self.matching(Effect.ALLOW, requirement, session_id, workspace_root)
@@ -221,9 +228,26 @@ class RuleBook:
             if rule.effect is Effect.ALLOW
             and rule.kind == requirement.kind
             and rule.applies_to(session_id, workspace_root)
+            and (families or not is_family_pattern(rule.match))
         ]
         used = set(_command_matcher(rule.match for rule in rules).allowing(requirement.match))
         return [rule for rule in rules if _canonical_command_pattern(rule.match) in used]
+
+    def denied_programs(self, session_id: str, workspace_root: str) -> frozenset[str]:
+        """The programs the deny families in force name (`Bash(rm:*)`: rm), whose files every
+        sandboxed command of that session has masked (`commands.denied_program`)."""
+        names = set()
+        for rule in self._rules.values():
+            if (
+                rule.effect is Effect.DENY
+                and rule.kind == RequirementKind.COMMAND_EXECUTE
+                and is_family_pattern(rule.match)
+                and rule.applies_to(session_id, workspace_root)
+            ):
+                name = denied_program(rule.match)
+                if name is not None:
+                    names.add(name)
+        return frozenset(names)
 
 
 def offered_candidates(

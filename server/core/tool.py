@@ -99,6 +99,12 @@ class ToolContext:
     principal: str = ""
     # Set only at Invoke for InvokeStream: receives output chunks as they are produced.
     output: OutputSink | None = None
+    # Set at Invoke from the call's decision: allowed by read-only families only, so a command
+    # runs in the read-only sandbox (no writable bind, no network).
+    read_only: bool = False
+    # Set at Invoke: the programs deny families name (`Bash(rm:*)`: rm), masked in every
+    # sandboxed command of the session.
+    denied_programs: frozenset[str] = frozenset()
 
 
 ArgsT = TypeVar("ArgsT", bound=Arguments)

@@ -102,6 +102,7 @@ def _decision(decision: Decision) -> tool_call_pb2.Decision:
         rule_ids=decision.rule_ids,
         decide_time=timestamp(decision.decide_time),
         reason=decision.reason,
+        read_only=decision.read_only,
     )
 
 

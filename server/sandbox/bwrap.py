@@ -11,8 +11,11 @@ What the command sees:
 - `spec.hidden_dirs` (the server's state directory with its token files, the server user's
   home) as empty tmpfs: they would be readable under the read-only `/` otherwise;
 - the workspace, the approved write declarations and the session's private HOME and TMPDIR
-  writable; the approved read declarations read-only (they may lie in a hidden directory);
-- `spec.masked_paths` (secrets inside the workspace, the server's sockets) covered: a
+  writable; the approved read declarations read-only (they may lie in a hidden directory).
+  In the read-only sandbox (`spec.read_only`: a command allowed by read-only families only)
+  every one of those binds is read-only, TMPDIR is a throwaway tmpfs and there is no network;
+- `spec.masked_paths` (secrets inside the workspace, the server's sockets, the files of
+  programs deny families name: `program_masks.py`) covered: a
   directory by an empty tmpfs, anything else by `/dev/null` (bound `nodev`, so opening it
   fails with EACCES: the secret is neither read nor overwritten, and a socket is dead).
 
@@ -317,13 +320,20 @@ def mount_plan(spec: CommandSpec, anchors: Mapping[str, int] | None = None) -> l
     binds = [spec.workspace, spec.home, spec.tmp]
     binds += [w for w in spec.write_paths if not is_within(w, spec.workspace)]
     for path in dict.fromkeys(binds):
-        if path not in hidden:
+        if path in hidden:
+            continue
+        if not spec.read_only:
             mounts.append(_Mount(_depth(path), _WRITE, path, ("--bind", path, path)))
+        elif path == spec.tmp:
+            # Read-only sandbox: TMPDIR is a throwaway tmpfs, gone with the command.
+            mounts.append(_Mount(_depth(path), _WRITE, path, ("--tmpfs", path)))
+        else:
+            mounts.append(_Mount(_depth(path), _WRITE, path, ("--ro-bind", path, path)))
     for path, fd in (anchors or {}).items():
         rank = _READONLY if path in spec.readonly_paths else _PIN
         # A pinned directory inside a read-only one stays read-only.
         readonly = rank == _READONLY or any(is_within(path, r) for r in spec.readonly_paths)
-        option = "--ro-bind-fd" if readonly else "--bind-fd"
+        option = "--ro-bind-fd" if readonly or spec.read_only else "--bind-fd"
         mounts.append(_Mount(_depth(path), rank, path, (option, str(fd), path)))
     for path in dict.fromkeys(spec.masked_paths):
         # Inside a hidden directory a path is gone already; a mask would only add a mount.
@@ -392,7 +402,7 @@ def bwrap_argv(
     sandbox's init waits for a byte there before it starts the command."""
     argv = [bwrap, *_host_view(), *mount_plan(spec, anchors)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    if not spec.network:
+    if not spec.network or spec.read_only:
         argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", spec.workdir]
     if info_fd is not None:

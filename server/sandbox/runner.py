@@ -44,6 +44,9 @@ class CommandSpec:
     # Directories between a writable tree and a masked path: bound onto themselves so that no
     # command can rename them and carry a protected file to a name the masks do not cover.
     pinned_dirs: tuple[str, ...] = ()
+    # The read-only sandbox (a command allowed by read-only families only): the workspace,
+    # the declarations and HOME bound read-only, TMPDIR a throwaway tmpfs, never a network.
+    read_only: bool = False
 
 
 class CommandStartError(Exception):

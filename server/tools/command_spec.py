@@ -8,7 +8,7 @@ import contextlib
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio.to_thread
 
@@ -19,6 +19,7 @@ from ..core.models import (
 )
 from ..core.paths import is_within, real_path
 from ..core.tool import ToolContext
+from ..sandbox.program_masks import ProgramMasks
 from ..sandbox.runner import (
     CommandSpec,
 )
@@ -62,6 +63,8 @@ class CommandSettings:
     hidden_dirs: tuple[str, ...] = ()
     masked_paths: tuple[str, ...] = ()
     kill_grace_seconds: float = KILL_GRACE_SECONDS
+    # Finds the files of denied programs to mask (remembered between commands).
+    program_masks: ProgramMasks = field(default_factory=ProgramMasks, compare=False)
 
 
 # Invoke -----------------------------------------------------------------------------------------
@@ -208,7 +211,9 @@ async def command_spec(
     exposure = await scan_for_sandbox(session_scanner(ctx), trees, ctx.limits.scan_seconds)
     # A repository without a hooks directory would let a command create hooks that the user's
     # git then runs: make the empty directory `git init` makes, then bind it read-only.
-    exposure.readonly += [h for h in exposure.missing_hooks if _make_hooks_directory(root, h)]
+    if not ctx.read_only:
+        exposure.readonly += [h for h in exposure.missing_hooks if _make_hooks_directory(root, h)]
+    programs = await denied_program_files(ctx.denied_programs, settings.program_masks)
     # A declared file outside the workspace that is itself protected is refused at Prepare;
     # masks cover what the trees hold.
     return CommandSpec(
@@ -220,8 +225,8 @@ async def command_spec(
         env=command_env(home, tmp, settings),
         write_paths=tuple(d.path for d in writes),
         read_paths=tuple(d.path for d in reads),
-        network=bool(artifact.network),
-        masked_paths=tuple(dict.fromkeys([*settings.masked_paths, *exposure.masked])),
+        network=bool(artifact.network) and not ctx.read_only,
+        masked_paths=tuple(dict.fromkeys([*settings.masked_paths, *exposure.masked, *programs])),
         readonly_paths=tuple(dict.fromkeys(exposure.readonly)),
         pinned_dirs=pinned_dirs(
             [root, *(d.path for d in writes if d.is_tree)],
@@ -229,7 +234,20 @@ async def command_spec(
         ),
         hidden_dirs=tuple(dict.fromkeys(hidden)),
         stdin=stdin,
+        read_only=ctx.read_only,
     )
+
+
+async def denied_program_files(names: frozenset[str], masks: ProgramMasks) -> tuple[str, ...]:
+    """The files in the sandbox's PATH of the programs deny families name (program_masks.py);
+    looked up in a worker thread when the answer is not known yet."""
+    if not names:
+        return ()
+    key = masks.key(names, SAFE_PATH.split(":"))
+    found = masks.cached(key)
+    if found is None:
+        found = await anyio.to_thread.run_sync(masks.find, key)
+    return found
 
 
 def _make_hooks_directory(root: str, hooks: str) -> bool:

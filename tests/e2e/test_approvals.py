@@ -17,6 +17,7 @@ from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb
 from tests.support.approvals import Watcher, approver, decide, watch_call
 from tests.support.calls import invoke, open_session, prepare
+from tests.support.sandbox import needs_bwrap
 from tests.support.server import Harness, serve
 from tests.support.status import failure
 
@@ -312,10 +313,12 @@ async def test_candidates_never_widen_to_any_command_or_path(harness: Harness) -
         assert candidate.match not in ("*", "/", "tree:/", "Bash(*)")
 
 
+@needs_bwrap
 async def test_only_candidates_for_unmet_requirements_are_offered(tmp_path: Path) -> None:
     """When the command is already allowed, only the network declaration is offered."""
     rule = {"effect": "allow", "kind": "command.execute", "match": "Bash(curl:*)"}
-    async with serve(tmp_path, rules=[rule]) as harness:
+    # A family allows by itself only where the sandbox holds it.
+    async with serve(tmp_path, rules=[rule], sandbox="bwrap") as harness:
         session_id = await open_session(harness.stub())
         watcher = Watcher(approver(harness))
         call = await prepare(

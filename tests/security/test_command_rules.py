@@ -18,7 +18,7 @@ from tests.support.calls import open_session, prepare, run
 from tests.support.sandbox import bwrap_only
 from tests.support.server import Harness, serve
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *bwrap_only]
 
 FAMILIES = ("Bash(git status:*)", "Bash(git log:*)", "Bash(sed:*)", "Bash(find:*)", "Bash(rg:*)")
 
@@ -32,6 +32,8 @@ def _serve(tmp_path: Path, **overrides: Any) -> Any:
         "access": {"workspace_write": "allow"},
         "rules": _rules(*FAMILIES),
         "approval_mode": "headless",
+        # Families allow by themselves only where the sandbox holds them.
+        "sandbox": "bwrap",
     }
     settings.update(overrides)
     return serve(tmp_path, **settings)

@@ -8,8 +8,9 @@ import os
 import secrets
 import shlex
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import pytest
 
@@ -29,6 +30,16 @@ bwrap_only = [
     pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap does not work on this machine"),
 ]
 """Marks for tests that need a working bubblewrap (`pytestmark = bwrap_only`)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def needs_bwrap(test: _F) -> _F:
+    """Marks one test as needing a working bubblewrap (`bwrap_only`, for a module that also
+    has tests that do not)."""
+    for mark in reversed(bwrap_only):
+        test = mark(test)
+    return test
 
 
 def sleep_marker() -> str:

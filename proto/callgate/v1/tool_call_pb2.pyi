@@ -304,12 +304,19 @@ class Decision(_message.Message):
     RULE_IDS_FIELD_NUMBER: _builtins.int
     DECIDE_TIME_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
     decided_by: _builtins.str
     """"policy" when access defaults and rules approved the call, otherwise the name of the
     approver principal.
     """
     reason: _builtins.str
     """Why, in one sentence (e.g. "every requirement is allowed by the access defaults")."""
+    read_only: _builtins.bool
+    """True when the call's command was allowed only by command families that the program table
+    rates read-only (policy, no human decision on this exact call): it runs in the read-only
+    sandbox, where every bind is read-only, TMPDIR is a throwaway tmpfs and there is no
+    network, whatever the shell does with its words.
+    """
     @_builtins.property
     def rule_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The IDs of the allow rules that covered gated requirements, if any."""
@@ -323,10 +330,11 @@ class Decision(_message.Message):
         rule_ids: _abc.Iterable[_builtins.str] | None = ...,
         decide_time: _timestamp_pb2.Timestamp | None = ...,
         reason: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decide_time", b"decide_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decide_time", b"decide_time", "decided_by", b"decided_by", "reason", b"reason", "rule_ids", b"rule_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decide_time", b"decide_time", "decided_by", b"decided_by", "read_only", b"read_only", "reason", b"reason", "rule_ids", b"rule_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
