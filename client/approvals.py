@@ -57,14 +57,21 @@ class Approvals:
                     yield item
 
     async def decide(
-        self, execution_id: str, digest: str, kind: DecisionKind, note: str = ""
+        self,
+        execution_id: str,
+        digest: str,
+        kind: DecisionKind,
+        note: str = "",
+        rules: Sequence[tuple[str, str]] = (),
     ) -> ToolCall:
         """Decides a call AWAITING_APPROVAL and returns the call as decided.
 
         `digest` must be the digest shown to the human (`PendingApproval.call.digest`); a
         different one is refused with reason DIGEST_MISMATCH. A call decided meanwhile by
         someone else is refused with CALL_STATE_INVALID. For DENY, `note` becomes the denial
-        description the agent sees.
+        description the agent sees. With a session or always decision, `rules` are the
+        (kind, match) rules to save, each as offered (`PendingApproval.candidates`; empty:
+        all of them); one that was not offered is refused with RULE_NOT_OFFERED.
         """
         response = await self._transport.unary(
             self._stub.Decide,
@@ -73,6 +80,10 @@ class Approvals:
                 digest=digest,
                 kind=DECISION_KINDS[DecisionKind(kind)],
                 note=note,
+                rules=[
+                    approval_service_pb2.RuleCandidate(kind=rule_kind, match=match)
+                    for rule_kind, match in rules
+                ],
             ),
         )
         if not response.HasField("call"):
@@ -82,10 +93,11 @@ class Approvals:
     async def decide_batch(
         self, calls: Sequence[tuple[str, str]], kind: DecisionKind, note: str = ""
     ) -> list[ToolCall]:
-        """Decides several calls AWAITING_APPROVAL in one action, each `(execution_id,
-        digest)` bound to the digest shown: all of them or none. If one fails its checks (a
-        stale digest: DIGEST_MISMATCH; decided meanwhile: CALL_STATE_INVALID), nothing is
-        decided and the error names it. Returns the calls as decided, in order."""
+        """Decides several calls AWAITING_APPROVAL of one session in one action, each
+        `(execution_id, digest)` bound to the digest shown: all of them or none. If one fails
+        its checks (a stale digest: DIGEST_MISMATCH; decided meanwhile: CALL_STATE_INVALID;
+        calls of several sessions: BATCH_SPANS_SESSIONS), nothing is decided and the error
+        names it. Returns the calls as decided, in order."""
         decision = DECISION_KINDS[DecisionKind(kind)]
         response = await self._transport.unary(
             self._stub.DecideBatch,

@@ -23,7 +23,7 @@ from .board import Subscription
 from .calls import CallRecord, CallSnapshot
 from .errors import CallgateError, FailedPrecondition, InternalError, NotFound, request_invalid
 from .lifecycle import Lifecycle
-from .models import RequirementKind, State
+from .models import RequirementKind, RuleCandidate, State
 from .paths import is_within
 from .principals import Principal, Role
 from .rules import CONFIG_ORIGIN, Effect, Rule, RuleBook, RulePatternError, normalize_pattern
@@ -76,18 +76,25 @@ class Approvals:
         digest: str,
         kind: ApproverDecision | None,
         note: str,
+        chosen: Sequence[tuple[str, str]] = (),
     ) -> CallSnapshot:
+        """Decide one call; `chosen` are the (kind, match) rules a session or always decision
+        saves, each one offered for the call (empty: every offered one)."""
         principal.require(Role.APPROVER)
         record, decision = self._checked(principal, execution_id, digest, kind, note)
-        return (await self._apply(principal, [(record, decision, note)]))[0]
+        rules = self._rules(principal, record, decision, chosen)
+        return (await self._apply(principal, [(record, decision, note)], [rules]))[0]
 
     async def decide_batch(
         self,
         principal: Principal,
-        requests: Sequence[tuple[str, str, ApproverDecision | None, str]],
+        requests: Sequence[
+            tuple[str, str, ApproverDecision | None, str, Sequence[tuple[str, str]]]
+        ],
     ) -> list[CallSnapshot]:
-        """Decide every (execution_id, digest, kind, note) or none: each is checked as Decide
-        checks it, all before any is applied, and the error names the request that failed."""
+        """Decide every (execution_id, digest, kind, note, chosen rules) or none: each is
+        checked as Decide checks it, all before any is applied, and the error names the
+        request that failed. Every call must belong to one session (BATCH_SPANS_SESSIONS)."""
         principal.require(Role.APPROVER)
         if not requests:
             raise request_invalid("requests", "a batch needs at least one decision")
@@ -96,21 +103,33 @@ class Approvals:
                 "requests", f"a batch holds at most {MAX_BATCH_DECISIONS} decisions"
             )
         checked: list[tuple[CallRecord, ApproverDecision, str]] = []
+        rules: list[list[Rule]] = []
         seen: set[str] = set()
-        for index, (execution_id, digest, kind, note) in enumerate(requests):
+        for index, (execution_id, digest, kind, note, chosen) in enumerate(requests):
             where = f"requests[{index}]."
             if execution_id in seen:
                 raise request_invalid(where + "execution_id", "the call is named twice")
             seen.add(execution_id)
             try:
                 record, decision = self._checked(principal, execution_id, digest, kind, note, where)
+                rules.append(self._rules(principal, record, decision, chosen))
             except CallgateError as exc:
                 exc.metadata.setdefault("execution_id", execution_id)
                 exc.metadata.setdefault("index", str(index))
                 exc.message = f"{where[:-1]} ({execution_id}): {exc.message}"
                 raise
             checked.append((record, decision, note))
-        return await self._apply(principal, checked)
+        sessions = {record.session_id for record, _, _ in checked}
+        if len(sessions) > 1:
+            # A batch is one session's turn, decided as shown: calls of several sessions are
+            # several decisions, each seen with its own session.
+            raise FailedPrecondition(
+                "BATCH_SPANS_SESSIONS",
+                "The calls belong to more than one session; decide each session's calls "
+                "in a batch of its own.",
+                metadata={"sessions": str(len(sessions))},
+            )
+        return await self._apply(principal, checked, rules)
 
     def _checked(
         self,
@@ -154,13 +173,39 @@ class Approvals:
         return record, kind
 
     def _rules(
-        self, principal: Principal, record: CallRecord, kind: ApproverDecision
+        self,
+        principal: Principal,
+        record: CallRecord,
+        kind: ApproverDecision,
+        chosen: Sequence[tuple[str, str]] = (),
     ) -> list[Rule]:
-        """The allow rules a session or always decision saves: the call's candidates."""
-        if kind not in (ApproverDecision.APPROVE_FOR_SESSION, ApproverDecision.APPROVE_ALWAYS):
+        """The allow rules a session or always decision saves: the candidates offered for the
+        call (covered by its digest), or those of them the approver chose. A chosen rule that
+        was not offered is refused (RULE_NOT_OFFERED), and with it the whole decision."""
+        remembered = (ApproverDecision.APPROVE_FOR_SESSION, ApproverDecision.APPROVE_ALWAYS)
+        if kind not in remembered:
+            if chosen:
+                raise request_invalid(
+                    "rules", "rules are saved only with APPROVE_FOR_SESSION or APPROVE_ALWAYS"
+                )
             return []
         pending = self.lifecycle.board.pending_approval(record.execution_id)
-        candidates = pending.candidates if pending is not None else ()
+        offered: tuple[RuleCandidate, ...] = pending.candidates if pending is not None else ()
+        if chosen:
+            by_key = {(c.kind, c.match): c for c in offered}
+            picked: dict[tuple[str, str], RuleCandidate] = {}
+            for rule_kind, match in chosen:
+                candidate = by_key.get(_offered_key(rule_kind, match))
+                if candidate is None:
+                    raise FailedPrecondition(
+                        "RULE_NOT_OFFERED",
+                        "A chosen rule was not offered for this call; save only rules shown "
+                        "with it (PendingApproval.candidates).",
+                        metadata={"execution_id": record.execution_id, "kind": rule_kind[:64]},
+                    )
+                picked[(candidate.kind, candidate.match)] = candidate
+            offered = tuple(picked.values())
+        candidates = offered
         if kind is ApproverDecision.APPROVE_FOR_SESSION:
             scope = f"session:{record.session_id}"
         else:
@@ -175,11 +220,11 @@ class Approvals:
         self,
         principal: Principal,
         checked: Sequence[tuple[CallRecord, ApproverDecision, str]],
+        rules: Sequence[list[Rule]],
     ) -> list[CallSnapshot]:
-        """Apply checked decisions. Workspace rules are made durable first, with the calls
-        claimed meanwhile; then every call is re-checked and all are decided with no await
-        in between, so a batch is decided whole or not at all."""
-        rules = [self._rules(principal, record, kind) for record, kind, _ in checked]
+        """Apply checked decisions with the rules each saves. Workspace rules are made durable
+        first, with the calls claimed meanwhile; then every call is re-checked and all are
+        decided with no await in between, so a batch is decided whole or not at all."""
         durable = [
             rule
             for (_, kind, _), saved in zip(checked, rules, strict=True)
@@ -346,6 +391,15 @@ class Approvals:
                 raise request_invalid("scope", "the workspace is outside the allowed roots")
             return scope
         raise request_invalid("scope", "the scope must be session:<id> or workspace:<root>")
+
+
+def _offered_key(kind: str, match: str) -> tuple[str, str]:
+    """A chosen rule as candidates are offered (normalized); unparsable: as given (then it
+    matches no offered candidate and is refused)."""
+    try:
+        return kind, normalize_pattern(kind, match)
+    except RulePatternError:
+        return kind, match
 
 
 def _check_decidable(record: CallRecord) -> None:

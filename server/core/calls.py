@@ -20,7 +20,7 @@ from .tool import Artifact, Prepared
 
 def compute_digest(tool_name: str, prepared: Prepared, batch_id: str = "") -> str:
     """SHA-256 over the canonical encoding of the frozen artifact, its request and what the
-    approver is shown of it (the preview, the batch)."""
+    approver is shown of it (the preview, the batch, the rules a remembered decision offers)."""
     preview = prepared.preview
     document: dict[str, object] = {
         "tool": tool_name,
@@ -35,6 +35,9 @@ def compute_digest(tool_name: str, prepared: Prepared, batch_id: str = "") -> st
         document["preview"] = [preview.kind, preview.text, preview.omitted_bytes]
     if batch_id:
         document["batch_id"] = batch_id
+    if prepared.candidates:
+        # The rules a session or always decision may save are part of what was shown.
+        document["candidates"] = [[c.kind, c.match, c.description] for c in prepared.candidates]
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -118,6 +118,7 @@ class ApprovalServicer:
             request.digest,
             decision_from_proto(request.kind),
             request.note,
+            [(rule.kind, rule.match) for rule in request.rules],
         )
         return pb.DecideResponse(call=call_to_proto(snapshot))
 
@@ -127,7 +128,13 @@ class ApprovalServicer:
         snapshots = await self.approvals.decide_batch(
             call.principal,
             [
-                (r.execution_id, r.digest, decision_from_proto(r.kind), r.note)
+                (
+                    r.execution_id,
+                    r.digest,
+                    decision_from_proto(r.kind),
+                    r.note,
+                    [(rule.kind, rule.match) for rule in r.rules],
+                )
                 for r in request.requests
             ],
         )

@@ -300,3 +300,54 @@ async def test_a_question_is_shown_and_answered_from_the_console(tmp_path: Path)
             )
             assert answered.status_code == 200
         assert results[0].result.text.endswith("dev")
+
+
+async def test_approve_all_approves_only_the_calls_the_box_showed(tmp_path: Path) -> None:
+    """A batch box holds one session's calls; "approve all" sends exactly the calls it showed:
+    a call that joined the batch after the box appeared, and another session's call naming
+    the same batch_id, stay pending and are shown as cards of their own."""
+    from playwright.async_api import async_playwright, expect
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        stub = pod.stub()
+        mine, other = await open_session(stub), await open_session(stub)
+
+        async def gated(session_id: str, name: str) -> cpb.ToolCall:
+            call = await prepare(
+                stub,
+                session_id,
+                "WriteFile",
+                {"path": f"{name}.txt", "content": name},
+                evaluate=True,
+                batch_id="turn-7",
+            )
+            assert call.state == cpb.STATE_AWAITING_APPROVAL
+            return call
+
+        shown = [await gated(mine, name) for name in ("one", "two", "three")]
+        stranger = await gated(other, "stranger")
+        async with console(("pod", pod)) as url, async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                page = await browser.new_page()
+                await page.goto(url)
+                await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                await page.get_by_test_id("login").click()
+                batch = page.locator('[data-batch-id="turn-7"]')
+                await expect(batch).to_have_count(1, timeout=10_000)
+                await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
+                # Settled (enabled): the box shows what it will decide; later calls stand apart.
+                await expect(batch.get_by_test_id("approve-batch")).to_be_enabled(timeout=10_000)
+                late = await gated(mine, "late")
+                await expect(page.get_by_test_id("call")).to_have_count(5, timeout=10_000)
+                await expect(batch.get_by_test_id("call")).to_have_count(3)
+                await batch.get_by_test_id("approve-batch").click()
+                await expect(page.get_by_test_id("call")).to_have_count(2, timeout=10_000)
+            finally:
+                await browser.close()
+        for call in shown:
+            assert await state_of(pod, mine, call.execution_id) == cpb.STATE_APPROVED
+        assert await state_of(pod, mine, late.execution_id) == cpb.STATE_AWAITING_APPROVAL
+        assert await state_of(pod, other, stranger.execution_id) == cpb.STATE_AWAITING_APPROVAL

@@ -9,7 +9,21 @@ const state = {
   status: new Map(),    // target name -> {status, detail}
   items: new Map(),     // key -> event (approval or question)
   cards: new Map(),     // key -> card element (kept, so a typed note survives re-renders)
+  // batch key -> {ids, opened, changed}: the execution IDs its box shows. Calls join a box only
+  // in its first SETTLE_MS (one model turn arrives as a burst); a call that joins the batch
+  // later is shown as a card of its own. "Approve all" sends exactly `ids`, and is enabled only
+  // once the box has not changed for SETTLE_MS, so no call is approved unseen.
+  batchViews: new Map(),
 };
+
+const SETTLE_MS = 1000;
+
+// A batch is one session's turn: calls group only within one session and loop.
+function batchKey(event) {
+  if (event.type !== "approval" || !event.call.batch_id) return "";
+  const call = event.call;
+  return [event.target, call.session_id, call.loop_id, call.batch_id].join("\u0000");
+}
 
 const KIND_LABELS = [
   ["once", "Approve once", "approve"],
@@ -174,21 +188,40 @@ function render() {
     group.append(el("h2", { text: target.name + " (" + target.address + ")" }));
     const batches = new Map();
     for (const event of mine) {
-      const batch = event.type === "approval" ? event.call.batch_id : "";
+      const batch = batchKey(event);
       if (batch) {
         if (!batches.has(batch)) batches.set(batch, []);
         batches.get(batch).push(event);
       }
+    }
+    // The members each box shows: those that came in its first SETTLE_MS; later ones stand
+    // apart.
+    const shown = new Map();
+    const now = Date.now();
+    for (const [batch, members] of batches) {
+      if (members.length < 2 && !state.batchViews.has(batch)) continue;
+      if (!state.batchViews.has(batch)) {
+        state.batchViews.set(batch, { ids: new Set(), opened: now, changed: now });
+      }
+      const view = state.batchViews.get(batch);
+      for (const member of members) {
+        if (!view.ids.has(member.call.execution_id) && now - view.opened < SETTLE_MS) {
+          view.ids.add(member.call.execution_id);
+          view.changed = now;
+        }
+      }
+      const inView = members.filter((m) => view.ids.has(m.call.execution_id));
+      if (inView.length > 1) shown.set(batch, { members: inView, view });
     }
     const placed = new Set();
     for (const event of mine) {
       const id = event.type === "approval" ? event.call.execution_id : event.execution_id;
       const k = key(event.target, id);
       if (placed.has(k)) continue;
-      const batch = event.type === "approval" ? event.call.batch_id : "";
-      if (batch && batches.get(batch).length > 1) {
-        group.append(batchBox(target.name, batch, batches.get(batch)));
-        for (const member of batches.get(batch)) placed.add(key(member.target, member.call.execution_id));
+      const box = shown.get(batchKey(event));
+      if (box && box.members.includes(event)) {
+        group.append(batchBox(target.name, event.call.batch_id, box.members, box.view));
+        for (const member of box.members) placed.add(key(member.target, member.call.execution_id));
         continue;
       }
       group.append(state.cards.get(k));
@@ -197,12 +230,16 @@ function render() {
     groups.push(group);
   }
   main.replaceChildren(...groups);
+  const live = new Set([...state.items.values()].map(batchKey));
+  for (const batch of [...state.batchViews.keys()]) {
+    if (!live.has(batch)) state.batchViews.delete(batch);
+  }
   if (!groups.length) {
     main.append(el("p", { id: "empty", text: "Nothing is waiting for a decision." }));
   }
 }
 
-function batchBox(target, batchId, events) {
+function batchBox(target, batchId, events, view) {
   const box = el("section", { class: "batch", "data-testid": "batch", "data-batch-id": batchId });
   const note = el("input", { type: "text", placeholder: "note for the whole batch",
                              "data-testid": "batch-note" });
@@ -225,8 +262,17 @@ function batchBox(target, batchId, events) {
   };
   approve.addEventListener("click", () => run("once"));
   deny.addEventListener("click", () => run("deny"));
+  const settling = SETTLE_MS - (Date.now() - view.changed);
+  if (settling > 0) {
+    // Changed just now: decided only once it has been on screen as it is.
+    approve.disabled = deny.disabled = true;
+    box.classList.add("settling");
+    setTimeout(render, settling + 10);
+  }
+  const session = events[0].call.session_id;
   box.append(el("div", { class: "batch-bar" },
-    el("strong", { text: "One model turn: batch " + batchId }), note, approve, deny));
+    el("strong", { text: "One model turn: batch " + batchId + ", " + events.length +
+                         " calls of session " + session }), note, approve, deny));
   for (const event of events) box.append(state.cards.get(key(event.target, event.call.execution_id)));
   return box;
 }

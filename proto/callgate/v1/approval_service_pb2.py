@@ -26,17 +26,17 @@ from callgate.v1 import tool_call_pb2 as callgate_dot_v1_dot_tool__call__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\x92\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\"l\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xae\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\xb0\x04\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\x92\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\"\x97\x01\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\x12)\n\x05rules\x18\x05 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xae\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\xb0\x04\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'callgate.v1.approval_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DECISIONKIND']._serialized_start=1754
-  _globals['_DECISIONKIND']._serialized_end=1928
-  _globals['_RULEEFFECT']._serialized_start=1930
-  _globals['_RULEEFFECT']._serialized_end=2016
+  _globals['_DECISIONKIND']._serialized_start=1798
+  _globals['_DECISIONKIND']._serialized_end=1972
+  _globals['_RULEEFFECT']._serialized_start=1974
+  _globals['_RULEEFFECT']._serialized_end=2060
   _globals['_WATCHAPPROVALSREQUEST']._serialized_start=113
   _globals['_WATCHAPPROVALSREQUEST']._serialized_end=136
   _globals['_WATCHAPPROVALSRESPONSE']._serialized_start=139
@@ -49,32 +49,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PENDINGQUESTION']._serialized_end=823
   _globals['_RESOLVED']._serialized_start=825
   _globals['_RESOLVED']._serialized_end=892
-  _globals['_DECIDEREQUEST']._serialized_start=894
-  _globals['_DECIDEREQUEST']._serialized_end=1002
-  _globals['_DECIDERESPONSE']._serialized_start=1004
-  _globals['_DECIDERESPONSE']._serialized_end=1057
-  _globals['_DECIDEBATCHREQUEST']._serialized_start=1059
-  _globals['_DECIDEBATCHREQUEST']._serialized_end=1125
-  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1127
-  _globals['_DECIDEBATCHRESPONSE']._serialized_end=1186
-  _globals['_ANSWERREQUEST']._serialized_start=1188
-  _globals['_ANSWERREQUEST']._serialized_end=1241
-  _globals['_ANSWERRESPONSE']._serialized_start=1243
-  _globals['_ANSWERRESPONSE']._serialized_end=1259
-  _globals['_RULE']._serialized_start=1262
-  _globals['_RULE']._serialized_end=1435
-  _globals['_LISTRULESREQUEST']._serialized_start=1437
-  _globals['_LISTRULESREQUEST']._serialized_end=1475
-  _globals['_LISTRULESRESPONSE']._serialized_start=1477
-  _globals['_LISTRULESRESPONSE']._serialized_end=1530
-  _globals['_CREATERULEREQUEST']._serialized_start=1532
-  _globals['_CREATERULEREQUEST']._serialized_end=1636
-  _globals['_CREATERULERESPONSE']._serialized_start=1638
-  _globals['_CREATERULERESPONSE']._serialized_end=1691
-  _globals['_DELETERULEREQUEST']._serialized_start=1693
-  _globals['_DELETERULEREQUEST']._serialized_end=1729
-  _globals['_DELETERULERESPONSE']._serialized_start=1731
-  _globals['_DELETERULERESPONSE']._serialized_end=1751
-  _globals['_APPROVALSERVICE']._serialized_start=2019
-  _globals['_APPROVALSERVICE']._serialized_end=2579
+  _globals['_DECIDEREQUEST']._serialized_start=895
+  _globals['_DECIDEREQUEST']._serialized_end=1046
+  _globals['_DECIDERESPONSE']._serialized_start=1048
+  _globals['_DECIDERESPONSE']._serialized_end=1101
+  _globals['_DECIDEBATCHREQUEST']._serialized_start=1103
+  _globals['_DECIDEBATCHREQUEST']._serialized_end=1169
+  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1171
+  _globals['_DECIDEBATCHRESPONSE']._serialized_end=1230
+  _globals['_ANSWERREQUEST']._serialized_start=1232
+  _globals['_ANSWERREQUEST']._serialized_end=1285
+  _globals['_ANSWERRESPONSE']._serialized_start=1287
+  _globals['_ANSWERRESPONSE']._serialized_end=1303
+  _globals['_RULE']._serialized_start=1306
+  _globals['_RULE']._serialized_end=1479
+  _globals['_LISTRULESREQUEST']._serialized_start=1481
+  _globals['_LISTRULESREQUEST']._serialized_end=1519
+  _globals['_LISTRULESRESPONSE']._serialized_start=1521
+  _globals['_LISTRULESRESPONSE']._serialized_end=1574
+  _globals['_CREATERULEREQUEST']._serialized_start=1576
+  _globals['_CREATERULEREQUEST']._serialized_end=1680
+  _globals['_CREATERULERESPONSE']._serialized_start=1682
+  _globals['_CREATERULERESPONSE']._serialized_end=1735
+  _globals['_DELETERULEREQUEST']._serialized_start=1737
+  _globals['_DELETERULEREQUEST']._serialized_end=1773
+  _globals['_DELETERULERESPONSE']._serialized_start=1775
+  _globals['_DELETERULERESPONSE']._serialized_end=1795
+  _globals['_APPROVALSERVICE']._serialized_start=2063
+  _globals['_APPROVALSERVICE']._serialized_end=2623
 # @@protoc_insertion_point(module_scope)

@@ -294,12 +294,22 @@ class DecideRequest(_message.Message):
     DIGEST_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     digest: _builtins.str
     """The digest the approver saw (ToolCall.digest)."""
     kind: Global___DecisionKind.ValueType
     note: _builtins.str
     """Why; shown to the agent in the denial description for DENY, recorded otherwise."""
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___RuleCandidate]:
+        """With DECISION_KIND_APPROVE_FOR_SESSION or DECISION_KIND_APPROVE_ALWAYS: the rules the
+        approver chose to save, each as offered in PendingApproval.candidates (kind and match).
+        Empty: every offered candidate. A rule not offered for this call's digest is refused
+        (FAILED_PRECONDITION, reason RULE_NOT_OFFERED) and nothing is decided or saved. Must be
+        empty with any other kind.
+        """
+
     def __init__(
         self,
         *,
@@ -307,10 +317,11 @@ class DecideRequest(_message.Message):
         digest: _builtins.str = ...,
         kind: Global___DecisionKind.ValueType = ...,
         note: _builtins.str = ...,
+        rules: _abc.Iterable[Global___RuleCandidate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "execution_id", b"execution_id", "kind", b"kind", "note", b"note"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "execution_id", b"execution_id", "kind", b"kind", "note", b"note", "rules", b"rules"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -343,7 +354,10 @@ class DecideBatchRequest(_message.Message):
     REQUESTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___DecideRequest]:
-        """The decisions, each as DecideRequest: execution ID, the digest shown, kind and note."""
+        """The decisions, each as DecideRequest: execution ID, the digest shown, kind and note. Every
+        call must belong to one session: a list spanning sessions is refused
+        (FAILED_PRECONDITION, reason BATCH_SPANS_SESSIONS) and nothing is decided.
+        """
 
     def __init__(
         self,
