@@ -75,6 +75,7 @@ __all__ = [
     "WordKind",
     "command_allowed",
     "command_denied",
+    "command_inert",
     "command_pattern",
     "command_warnings",
     "denied_program",
@@ -340,6 +341,19 @@ def _left_as_written(word: str, kind: WordKind) -> bool:
     if word.startswith("~") or "=~" in word or ":~" in word:
         return False
     return not any("," in inner or ".." in inner for inner in _BRACES.findall(word))
+
+
+def command_inert(command: str) -> bool:
+    """Whether every segment of a command has provably inert words (`words_inert`). A command
+    that families allow outside the read-only sandbox must be: bash evaluates subscripts and
+    expansions in some builtins' words (`test -v 'a[$(cmd)]'`), and there such code would run
+    with the authority of the writing family beside it."""
+    parsed = parse_command(normalize_command(command))
+    return (
+        parsed.fully_understood
+        and bool(parsed.segments)
+        and all(words_inert(command, segment) for segment in parsed.segments)
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from .commands import family_read_only, is_family_pattern, normalize_command
+from .commands import command_inert, family_read_only, is_family_pattern, normalize_command
 from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
 from .paths import ProtectedPaths, is_within
-from .rules import Effect, RuleBook, is_network_target
+from .rules import Effect, Rule, RuleBook, is_network_target
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,13 @@ class Gate:
             allowing = self.rules.allowing(
                 requirement, session_id, workspace_root, families=self.families_enforced
             )
+            if command and allowing and not self._held(allowing, requirement.match):
+                allowing = []
             if allowing:
                 used.update(r.rule_id for r in allowing)
                 if command:
                     commands_by_rule += 1
-                    read_only = read_only and all(
-                        is_family_pattern(r.match) and family_read_only(r.match) for r in allowing
-                    )
+                    read_only = read_only and _read_only_families(allowing)
             else:
                 unmet.append(requirement)
         if not unmet:
@@ -172,6 +172,17 @@ class Gate:
             rule_ids=tuple(sorted(used)),
             unmet=tuple(unmet),
         )
+
+    @staticmethod
+    def _held(allowing: Sequence[Rule], command: str) -> bool:
+        """Whether what the allowing command rules promise is held: an exact rule (a human saw
+        that text), read-only families only (the read-only sandbox holds them), or families
+        of which some write or run code over a command whose words are provably inert. Else
+        a word of a read-only family's segment could run code with the writing family's
+        authority (`cd . && test -v 'a[$(rm x)]'` under Bash(cd:*) and Bash(test:*))."""
+        if not all(is_family_pattern(r.match) for r in allowing):
+            return True
+        return _read_only_families(allowing) or command_inert(command)
 
     def _is_protected(self, requirement: Requirement) -> bool:
         if requirement.kind not in (
@@ -213,6 +224,10 @@ class Gate:
         if kind == RequirementKind.PROCESS_INPUT:
             return self.access.process_input
         return Access.DENY
+
+
+def _read_only_families(rules: Sequence[Rule]) -> bool:
+    return all(is_family_pattern(r.match) and family_read_only(r.match) for r in rules)
 
 
 def _deny(kind: DenialKind, description: str) -> Verdict:

@@ -5,8 +5,12 @@ text: every file in the sandbox's PATH directories that is that program's file (
 and inode, whatever the name or symlink that reaches it: `/bin/rm` is `/usr/bin/rm` where `/bin`
 links to `/usr/bin`) is covered by `/dev/null` in the sandbox. Then no spelling runs it, nor the
 ELF loader (`ld-linux-x86-64.so.2 /usr/bin/rm` reads an empty file), nor a copy (a copy of it is
-empty). A program with the same name elsewhere, or another program that does the same thing
-(`unlink`, a Python one-liner), is not masked: deny families still read the text for those.
+empty). Packages also ship a program's own copy outside PATH (`/usr/lib/git-core/git` beside
+`/usr/bin/git`, with the `git-*` links to it): a file of that name one level below `/usr/lib`
+or `/usr/libexec` (and their `/usr/local` twins) is masked too, with every entry of its
+directory that is the same file. Another program that does the same thing (`unlink`, a Python
+one-liner), or a copy made before the rule, is not masked: deny families read the text for
+those.
 
 Looking the files up walks the PATH directories (about 2 ms for a full /usr/bin here), so the
 answer is kept until a directory's modification time or the names change.
@@ -19,6 +23,8 @@ import stat
 import threading
 from collections.abc import Iterable, Sequence
 
+# Where packages keep programs' own copies, one directory level down (`/usr/lib/git-core/git`).
+LIBRARY_ROOTS = ("/usr/lib", "/usr/libexec", "/usr/local/lib", "/usr/local/libexec")
 # (names, ((directory, mtime_ns), ...)) -> the real paths to mask.
 _Key = tuple[frozenset[str], tuple[tuple[str, int], ...]]
 
@@ -60,9 +66,9 @@ class ProgramMasks:
 
 def _program_files(names: Iterable[str], directories: Sequence[str]) -> tuple[str, ...]:
     identities: set[tuple[int, int]] = set()
+    names = [n for n in names if n and "/" not in n and n not in (".", "..")]
+    directories = [*directories, *_library_homes(names)]
     for name in names:
-        if not name or "/" in name or name in (".", ".."):
-            continue
         for directory in directories:
             try:
                 info = os.stat(os.path.join(directory, name))
@@ -86,3 +92,22 @@ def _program_files(names: Iterable[str], directories: Sequence[str]) -> tuple[st
             if (info.st_dev, info.st_ino) in identities:
                 found.add(os.path.realpath(entry.path))
     return tuple(sorted(found))
+
+
+def _library_homes(names: Sequence[str]) -> list[str]:
+    """The directories one level below LIBRARY_ROOTS that hold a file of one of `names`."""
+    homes: list[str] = []
+    for root in LIBRARY_ROOTS:
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            if any(os.path.isfile(os.path.join(entry.path, name)) for name in names):
+                homes.append(os.path.realpath(entry.path))
+    return list(dict.fromkeys(homes))

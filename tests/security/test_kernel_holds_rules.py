@@ -272,3 +272,50 @@ async def test_with_the_sandbox_families_are_enforced(tmp_path: Path) -> None:
         exact = await prepare(stub, session, "Bash", {"command": "ls -la exact"}, evaluate=True)
         assert exact.state == cpb.STATE_APPROVED
         assert not exact.decision.read_only
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("writing", "prefix"),
+    [("Bash(cd:*)", "cd . && "), ("Bash(tee:*)", "echo notes | tee notes.txt; ")],
+)
+async def test_a_writing_family_beside_a_read_only_one_does_not_lift_the_sandbox(
+    tmp_path: Path, writing: str, prefix: str
+) -> None:
+    """A segment a writing family covers beside a read-only family's segment whose words run
+    code: the policy does not allow it (the writable sandbox would run that code with the
+    writing family's authority); it waits for a human, and headless nothing runs."""
+    rules = _rules("Bash(test:*)", "Bash(echo:*)", writing)
+    async with serve(tmp_path, sandbox="bwrap", rules=rules, approval_mode="headless") as harness:
+        (harness.workspace / "victim.txt").write_text("keep\n")
+        session = await open_session(harness.stub())
+        command = prefix + "test -v 'a[$(rm victim.txt)]'"
+        call = await prepare(harness.stub(), session, "Bash", {"command": command}, evaluate=True)
+        assert call.state == cpb.STATE_DENIED
+        assert call.denial.kind == cpb.DENIAL_KIND_APPROVAL_REQUIRED
+        assert (harness.workspace / "victim.txt").read_text() == "keep\n"
+        # Inert words beside the writing family are still allowed, in the normal sandbox.
+        plain = prefix + "test -f victim.txt"
+        allowed = await prepare(harness.stub(), session, "Bash", {"command": plain}, evaluate=True)
+        assert allowed.state == cpb.STATE_APPROVED
+        assert not allowed.decision.read_only
+
+
+@needs_bwrap
+async def test_a_denied_programs_packaged_copy_is_masked_too(tmp_path: Path) -> None:
+    """With `Bash(git:*)` denied, git's own copy outside PATH (`/usr/lib/git-core/git` and its
+    `git-*` links on Debian) cannot run either, even approved by a human."""
+    packaged = Path("/usr/lib/git-core/git")
+    if not packaged.is_file():
+        pytest.skip("no packaged copy of git here")
+    async with serve(tmp_path, sandbox="bwrap", rules=_rules("Bash(git:*)", effect="deny")) as h:
+        session = await open_session(h.stub())
+        ran = 0
+        for command in (
+            "/usr/lib/git-core/git-init -q r1",
+            "test -v 'a[$(/usr/lib/git-core/git init -q r2)]'",
+            "cp /usr/lib/git-core/git ./g && ./g init -q r3",
+        ):
+            ran += await _human_run(h, session, command) is not None
+        assert ran >= 2
+        assert not [p.name for p in h.workspace.iterdir() if (p / ".git").exists()]
