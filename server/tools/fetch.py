@@ -11,9 +11,12 @@ port. Errors name only the method and host:port, never the path, query or body.
 from __future__ import annotations
 
 import codecs
+import hashlib
+import hmac
 import http
 import ipaddress
 import re
+import secrets
 import socket
 import ssl
 import urllib.parse
@@ -63,6 +66,11 @@ _REFUSED_HEADERS = frozenset(
         "upgrade",
     }
 )
+# Request headers whose values are credentials: the approver sees that one is sent (its scheme,
+# or the cookies' names) and which (a fingerprint), never the value.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+# A request header's value in the preview is cut to this many characters.
+PREVIEW_VALUE_CHARS = 512
 # Response headers whose values are credentials: shown by name only.
 _REDACTED_HEADERS = frozenset({"set-cookie", "set-cookie2", "www-authenticate"})
 _CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
@@ -354,6 +362,9 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
         )
         self._resolver = resolver or system_resolver
         self._backend = backend or httpcore.AnyIOBackend()
+        # Keys the credential fingerprints: stable for one server run (the same token shows the
+        # same fingerprint in every call), useless for guessing a short secret offline.
+        self._fingerprint_key = secrets.token_bytes(32)
         self._ssl_context = ssl_context
 
     def prepare_args(self, args: FetchArguments, ctx: ToolContext) -> Prepared:
@@ -374,9 +385,8 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
         kind = RequirementKind.NETWORK.value
         header = [
             f"{args.method} {target.scheme}://{target.authority}{target.target}",
-            "headers: "
-            + (", ".join(name for name, _ in headers) or "none")
-            + (" (values not shown)" if headers else ""),
+            "headers:" + ("" if headers else " none"),
+            *(f"  {self._shown_header(name, value)}" for name, value in headers),
         ]
         if args.body is None:
             preview = bounded("request", header, (), ctx.limits.preview_max_bytes)
@@ -402,6 +412,25 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
             candidates=(RuleCandidate(kind=kind, match=match, description=f"connect to {match}"),),
             preview=preview,
         )
+
+    def _shown_header(self, name: str, value: str) -> str:
+        """A request header as the approver sees it: the value (escaped by the preview, cut),
+        or for a credential its scheme (the cookies' names) and a keyed fingerprint."""
+        lowered = name.lower()
+        if lowered not in _CREDENTIAL_HEADERS:
+            if len(value) > PREVIEW_VALUE_CHARS:
+                value = f"{value[:PREVIEW_VALUE_CHARS]}… ({len(value)} characters)"
+            return f"{name}: {value}"
+        digest = hmac.new(self._fingerprint_key, value.encode(), hashlib.sha256).hexdigest()
+        if lowered == "cookie":
+            names = [part.split("=", 1)[0].strip() for part in value.split(";") if part.strip()]
+            shown = "cookies " + ", ".join(n[:64] for n in names[:16])
+            if len(names) > 16:
+                shown += f", … ({len(names)} in all)"
+        else:
+            scheme, _, rest = value.strip().partition(" ")
+            shown = f"{scheme[:32]} …" if rest else "a credential without a scheme"
+        return f"{name}: {shown} [value not shown; fingerprint {digest[:12]}]"
 
     async def run(self, artifact: FetchArtifact, ctx: ToolContext) -> ToolResult:
         target = Target(artifact.scheme, artifact.host, artifact.port, artifact.target)

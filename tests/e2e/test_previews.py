@@ -87,9 +87,11 @@ async def test_bash_shows_command_directory_access_and_warnings(harness: Harness
     assert text.endswith("command:\nsort -o out.txt in.txt\nfind . -delete\n")
 
 
-async def test_fetch_shows_the_full_url_and_header_names_and_never_journals_them(
+async def test_fetch_shows_the_full_url_and_headers_and_never_journals_them(
     harness: Harness,
 ) -> None:
+    """The approver sees the full URL and every header's value, but a credential only by its
+    scheme and a fingerprint; neither the query nor a header value reaches the journal."""
     session_id = await open_session(harness.stub())
     call = await prepare(
         harness.stub(),
@@ -105,13 +107,15 @@ async def test_fetch_shows_the_full_url_and_header_names_and_never_journals_them
     text = call.preview.text
     assert call.preview.kind == "request"
     assert "POST https://api.example.com:443/v1/items?token=QUERYSECRET42\n" in text
-    assert "headers: Authorization, X-Trace (values not shown)\n" in text
+    assert "headers:\n  Authorization: Bearer … [value not shown; fingerprint " in text
+    assert "\n  X-Trace: 1\n" in text
     assert "HEADERSECRET42" not in text
     assert 'body (8 bytes):\n{"q": 1}\n' in text
     await harness.app.lifecycle.journal.commit()
     for path in harness.state_dir.rglob("*"):
         if path.is_file():
             assert b"QUERYSECRET42" not in path.read_bytes(), path
+            assert b"HEADERSECRET42" not in path.read_bytes(), path
 
 
 async def test_skill_shows_its_name_and_first_lines(harness: Harness) -> None:
