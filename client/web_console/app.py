@@ -379,7 +379,11 @@ class Console:
             client = self._client_for(session, data)
             kind = _kind(data)
             call = await client.approvals.decide(
-                _text(data, "execution_id"), _text(data, "digest"), kind, _text(data, "note", "")
+                _text(data, "execution_id"),
+                _text(data, "digest"),
+                kind,
+                _text(data, "note", ""),
+                _rules(data),
             )
             return JSONResponse({"call": call.model_dump(mode="json")})
 
@@ -433,11 +437,29 @@ def _sse(event: dict[str, JsonValue]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
+# At most this many rules in one decision (a call offers a handful).
+MAX_RULES = 64
+
+
 def _text(data: dict[str, JsonValue], key: str, default: str | None = None) -> str:
     value = data.get(key, default)
     if not isinstance(value, str):
         raise Refused(400, f"{key} must be a string.")
     return value
+
+
+def _rules(data: dict[str, JsonValue]) -> list[tuple[str, str]]:
+    """The rules the approver was shown with a session or always decision ({kind, match}
+    objects): the server saves exactly those, and refuses one it did not offer."""
+    rules = data.get("rules", [])
+    if not isinstance(rules, list) or len(rules) > MAX_RULES:
+        raise Refused(400, f"rules must be a list of at most {MAX_RULES} objects.")
+    chosen = []
+    for item in rules:
+        if not isinstance(item, dict):
+            raise Refused(400, "Each rule is an object with kind and match.")
+        chosen.append((_text(item, "kind"), _text(item, "match")))
+    return chosen
 
 
 def _kind(data: dict[str, JsonValue]) -> DecisionKind:

@@ -351,3 +351,64 @@ async def test_approve_all_approves_only_the_calls_the_box_showed(tmp_path: Path
             assert await state_of(pod, mine, call.execution_id) == cpb.STATE_APPROVED
         assert await state_of(pod, mine, late.execution_id) == cpb.STATE_AWAITING_APPROVAL
         assert await state_of(pod, other, stranger.execution_id) == cpb.STATE_AWAITING_APPROVAL
+
+
+async def test_the_card_shows_the_rules_a_remembered_decision_saves(tmp_path: Path) -> None:
+    """Next to "for session" and "always" the card lists the exact rules they save; "always"
+    saves exactly those; a decision naming a rule that was not offered is refused (409,
+    RULE_NOT_OFFERED) and saves nothing."""
+    from playwright.async_api import async_playwright, expect
+
+    from callgate.v1 import approval_service_pb2 as apb
+    from tests.support.approvals import approver
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        stub = pod.stub()
+        session_id = await open_session(stub)
+
+        async def gated(command: str) -> cpb.ToolCall:
+            call = await prepare(stub, session_id, "Bash", {"command": command}, evaluate=True)
+            assert call.state == cpb.STATE_AWAITING_APPROVAL
+            return call
+
+        first = await gated("git log --oneline")
+        async with console(("pod", pod)) as url:
+            async with httpx.AsyncClient() as client:
+                csrf = await login(client, url, pod.tokens["approver"])
+                refused = await client.post(
+                    url + "api/decide",
+                    json={
+                        "target": "pod",
+                        "execution_id": first.execution_id,
+                        "digest": first.digest,
+                        "kind": "always",
+                        "rules": [{"kind": "command.execute", "match": "Bash(git:*)"}],
+                    },
+                    headers={"X-CSRF-Token": csrf},
+                )
+                assert refused.status_code == 409
+                assert refused.json()["reason"] == "RULE_NOT_OFFERED"
+            listed = await approver(pod).ListRules(apb.ListRulesRequest())
+            assert list(listed.rules) == []
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(
+                    executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+                )
+                try:
+                    page = await browser.new_page()
+                    await page.goto(url)
+                    await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                    await page.get_by_test_id("login").click()
+                    card = page.locator(f'[data-execution-id="{first.execution_id}"]')
+                    rules = card.get_by_test_id("rule")
+                    await expect(rules).to_have_count(2, timeout=10_000)
+                    shown = sorted(
+                        [await rules.nth(i).get_attribute("data-match") or "" for i in range(2)]
+                    )
+                    assert shown == ["Bash(git log:*)", "git log --oneline"]
+                    await card.get_by_test_id("approve-always").click()
+                    await expect(card).to_have_count(0, timeout=10_000)
+                finally:
+                    await browser.close()
+        listed = await approver(pod).ListRules(apb.ListRulesRequest())
+        assert sorted(rule.match for rule in listed.rules) == shown

@@ -105,6 +105,23 @@ function requirementList(call, unmet) {
   return list;
 }
 
+// What "Approve for session" and "Approve always" save, exactly: the rules sent with them.
+function ruleList(candidates) {
+  const block = el("div", { class: "rules", "data-testid": "rules" });
+  if (!candidates.length) {
+    block.append(el("p", { text: "\u201cFor session\u201d and \u201calways\u201d save no rule." }));
+    return block;
+  }
+  block.append(el("p", { text: "\u201cFor session\u201d and \u201calways\u201d save these rules:" }));
+  const list = el("ul");
+  for (const c of candidates) {
+    list.append(el("li", { "data-testid": "rule", "data-match": c.match },
+      el("code", { text: c.kind + " " + c.match }), " \u2014 " + c.description));
+  }
+  block.append(list);
+  return block;
+}
+
 function onceOnly(event) {
   return [...event.unmet, ...event.call.requirements].some((r) => r.human_only);
 }
@@ -122,6 +139,7 @@ function approvalCard(event) {
     (call.batch_id ? " \u00b7 batch " + call.batch_id : "") +
     (event.deadline ? " \u00b7 decide by " + new Date(event.deadline).toLocaleTimeString() : "")));
   card.append(requirementList(call, event.unmet));
+  if (!onceOnly(event)) card.append(ruleList(event.candidates || []));
   if (call.preview) {
     card.append(previewBlock(call.preview));
     if (call.preview.omitted_bytes > 0) {
@@ -292,8 +310,11 @@ function renderTargets() {
 async function decide(event, kind, note, buttons) {
   for (const b of buttons) b.disabled = true;
   try {
+    const remembered = kind === "session" || kind === "always";
+    const rules = remembered
+      ? (event.candidates || []).map((c) => ({ kind: c.kind, match: c.match })) : [];
     await post("/api/decide", { target: event.target, execution_id: event.call.execution_id,
-                                digest: event.call.digest, kind, note });
+                                digest: event.call.digest, kind, note, rules });
     notice((kind === "deny" ? "Denied " : "Approved ") + event.call.summary +
            " on " + event.target + ".", false);
   } catch (error) {
