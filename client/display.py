@@ -12,6 +12,7 @@ one the text really contains. Nothing is truncated.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ __all__ = [
     "ONCE_ONLY_PROMPT",
     "approve_once_only",
     "count_hidden",
+    "diff_classes",
     "render_approval",
     "render_question",
     "render_resolved",
@@ -145,7 +147,13 @@ def _requirements(out: _Lines, title: str, requirements: Sequence[Requirement]) 
         out.add(f"       match:       {out.safe(requirement.match)}")
         if requirement.scope and requirement.scope != requirement.match:
             out.add(f"       scope:       {out.safe(requirement.scope)}")
-        out.add(f"       description: {out.safe(requirement.description)}")
+        # callgate's descriptions are several lines by design (the command below its
+        # heading): each line is shown (and escaped) on its own, so the line breaks that
+        # callgate writes are not counted as hidden characters of the agent's text.
+        first, *rest = requirement.description.split("\n")
+        out.add(f"       description: {out.safe(first)}")
+        for line in rest:
+            out.add(f"                  │ {out.safe(line)}")
         if requirement.human_only:
             out.add("       ONLY A HUMAN can approve this, each time; no rule can cover it")
 
@@ -164,7 +172,42 @@ def _candidates(out: _Lines, candidates: Sequence[RuleCandidate], once_only: boo
         out.add(line)
 
 
-_DIFF_COLOURS: Final = (("+++", "1"), ("---", "1"), ("@@", "36"), ("+", "32"), ("-", "31"))
+_DIFF_COLOURS: Final = {"file": "1", "hunk": "36", "add": "32", "del": "31"}
+_HUNK: Final = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def diff_classes(lines: Sequence[str]) -> list[str]:
+    """Each line of a unified diff classed by its position, never by its text alone: "file"
+    and "hunk" headers only between hunks; inside a hunk, as many lines as its header counts,
+    "add", "del" or "" (context) by their first character. So an added line that reads like
+    a header (`++ x`, `+@@ …`) stays an added line."""
+    classes: list[str] = []
+    old_left = new_left = 0
+    for line in lines:
+        if old_left > 0 or new_left > 0:
+            first = line[:1]
+            if first == "+":
+                classes.append("add")
+                new_left -= 1
+            elif first == "-":
+                classes.append("del")
+                old_left -= 1
+            else:
+                classes.append("")
+                if first != "\\":  # "\ No newline at end of file" counts for neither side
+                    old_left -= 1
+                    new_left -= 1
+            continue
+        hunk = _HUNK.match(line)
+        if hunk is not None:
+            old_left = 1 if hunk.group(1) is None else int(hunk.group(1))
+            new_left = 1 if hunk.group(2) is None else int(hunk.group(2))
+            classes.append("hunk")
+        elif line.startswith(("--- ", "+++ ")):
+            classes.append("file")
+        else:
+            classes.append("")
+    return classes
 
 
 def _preview(out: _Lines, preview: Preview, colour: bool) -> None:
@@ -174,16 +217,13 @@ def _preview(out: _Lines, preview: Preview, colour: bool) -> None:
     if lines and lines[-1] == "":
         lines.pop()
     out.add(f"  what it would do ({out.safe(preview.kind)}, {len(lines)} lines):")
-    for line in lines:
+    noted = bool(lines) and lines[0].startswith("[") and "control or invisible" in lines[0]
+    classes = [""] * len(lines)
+    if preview.kind == "diff":
+        classes[noted:] = diff_classes(lines[noted:])
+    for line, kind in zip(lines, classes, strict=True):
         shown = out.safe(line.expandtabs(4))
-        code = next(
-            (
-                c
-                for prefix, c in _DIFF_COLOURS
-                if preview.kind == "diff" and line.startswith(prefix)
-            ),
-            None,
-        )
+        code = _DIFF_COLOURS.get(kind)
         if colour and code is not None:
             shown = f"\x1b[{code}m{shown}\x1b[0m"
         out.add(f"    │ {shown}")

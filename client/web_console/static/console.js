@@ -73,31 +73,86 @@ async function post(path, body) {
 
 // ------------------------------------------------------------------ rendering
 
-function previewBlock(preview) {
+// Characters a reader cannot see or that reorder what they read (controls but tab and newline,
+// format characters such as bidi overrides and zero-width ones, separators, non-ASCII spaces,
+// private-use, surrogate and unassigned code points), as the server escapes previews.
+const HIDDEN = /(?![\t\n])[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+
+function hex(code, width) { return code.toString(16).padStart(width, "0"); }
+
+// Agent text made inert: every hidden character shown as a visible escape and counted on
+// `seen` (the card's warning line says how many).
+function inert(text, seen) {
+  return String(text).replace(HIDDEN, (char) => {
+    seen.count += 1;
+    const code = char.codePointAt(0);
+    if (code < 0x100) return "\\x" + hex(code, 2);
+    if (code < 0x10000) return "\\u" + hex(code, 4);
+    return "\\U" + hex(code, 8);
+  });
+}
+
+function escapeWarning(seen) {
+  if (!seen.count) return null;
+  return el("p", { class: "escape-warning", "data-testid": "escape-warning",
+    text: "Warning: " + seen.count + " control or invisible character(s) in the agent's text " +
+          "are shown escaped (\\xNN, \\uNNNN); look closely before deciding." });
+}
+
+// A unified diff's lines, classed by their position: file headers and hunk headers only
+// between hunks, and inside a hunk as many lines as its header counts, each by its first
+// character. A content line that reads like a header ("++ x" added) stays content.
+function diffClasses(lines) {
+  const classes = [];
+  let oldLeft = 0;
+  let newLeft = 0;
+  for (const line of lines) {
+    if (oldLeft > 0 || newLeft > 0) {
+      const first = line.charAt(0);
+      if (first === "+") { classes.push("add"); newLeft -= 1; }
+      else if (first === "-") { classes.push("del"); oldLeft -= 1; }
+      else if (first === "\\") { classes.push(""); }
+      else { classes.push(""); oldLeft -= 1; newLeft -= 1; }
+      continue;
+    }
+    const hunk = /^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@/.exec(line);
+    if (hunk) {
+      oldLeft = hunk[1] === undefined ? 1 : Number(hunk[1]);
+      newLeft = hunk[2] === undefined ? 1 : Number(hunk[2]);
+      classes.push("hunk");
+    } else if (line.startsWith("--- ") || line.startsWith("+++ ")) {
+      classes.push("file");
+    } else {
+      classes.push("");
+    }
+  }
+  return classes;
+}
+
+function previewBlock(preview, seen) {
   const pre = el("pre", { class: "preview", "data-testid": "preview",
                           "data-kind": preview.kind });
   const lines = preview.text.split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
-  for (const line of lines) {
-    let cls = "";
-    if (preview.kind === "diff") {
-      if (line.startsWith("+++ ") || line.startsWith("--- ")) cls = "file";
-      else if (line.startsWith("@@")) cls = "hunk";
-      else if (line.startsWith("+")) cls = "add";
-      else if (line.startsWith("-")) cls = "del";
-    }
-    if (line.startsWith("[") && line.includes("control or invisible character")) cls = "note";
-    pre.append(el("span", { class: cls, text: line }));
-  }
+  // The server's own note on what it escaped comes first, before any diff line.
+  const noted = lines.length && lines[0].startsWith("[") &&
+    lines[0].includes("control or invisible character");
+  const body = noted ? lines.slice(1) : lines;
+  const classes = preview.kind === "diff" ? diffClasses(body) : body.map(() => "");
+  if (noted) pre.append(el("span", { class: "note", "data-testid": "preview-note", text: lines[0] }));
+  body.forEach((line, index) => {
+    pre.append(el("span", { class: classes[index], text: inert(line, seen) }));
+  });
   return pre;
 }
 
-function requirementList(call, unmet) {
+function requirementList(call, unmet, seen) {
   const list = el("ul", { class: "requirements" });
   const open = new Set(unmet.map((r) => r.kind + "\u0000" + r.match));
   for (const r of call.requirements) {
     const item = el("li", { class: open.has(r.kind + "\u0000" + r.match) ? "unmet" : "",
-                            text: r.kind + ": " + r.description });
+                            "data-testid": "requirement",
+                            text: inert(r.kind + ": " + r.description, seen) });
     if (r.human_only) item.append(el("span", { class: "human-only",
                                                 text: " (only a human, each time)" }));
     list.append(item);
@@ -106,7 +161,7 @@ function requirementList(call, unmet) {
 }
 
 // What "Approve for session" and "Approve always" save, exactly: the rules sent with them.
-function ruleList(candidates) {
+function ruleList(candidates, seen) {
   const block = el("div", { class: "rules", "data-testid": "rules" });
   if (!candidates.length) {
     block.append(el("p", { text: "\u201cFor session\u201d and \u201calways\u201d save no rule." }));
@@ -116,7 +171,8 @@ function ruleList(candidates) {
   const list = el("ul");
   for (const c of candidates) {
     list.append(el("li", { "data-testid": "rule", "data-match": c.match },
-      el("code", { text: c.kind + " " + c.match }), " \u2014 " + c.description));
+      el("code", { text: inert(c.kind + " " + c.match, seen) }),
+      " \u2014 " + inert(c.description, seen)));
   }
   block.append(list);
   return block;
@@ -131,23 +187,27 @@ function approvalCard(event) {
   const card = el("article", { class: "card", "data-testid": "call",
                                "data-execution-id": call.execution_id,
                                "data-target": event.target });
-  card.append(el("h3", { text: call.tool_name + " \u2014 " + call.summary }));
+  const seen = { count: 0 };
+  card.append(el("h3", { "data-testid": "summary",
+                         text: inert(call.tool_name + " \u2014 " + call.summary, seen) }));
   card.append(el("div", { class: "meta" },
     el("span", { class: "server", "data-testid": "server", text: event.target }),
-    " \u00b7 session " + call.session_id + " \u00b7 by " + event.requested_by +
-    " \u00b7 workspace " + event.workspace +
-    (call.batch_id ? " \u00b7 batch " + call.batch_id : "") +
+    inert(" \u00b7 session " + call.session_id + " \u00b7 by " + event.requested_by +
+          " \u00b7 workspace " + event.workspace +
+          (call.batch_id ? " \u00b7 batch " + call.batch_id : ""), seen) +
     (event.deadline ? " \u00b7 decide by " + new Date(event.deadline).toLocaleTimeString() : "")));
-  card.append(requirementList(call, event.unmet));
-  if (!onceOnly(event)) card.append(ruleList(event.candidates || []));
+  card.append(requirementList(call, event.unmet, seen));
+  if (!onceOnly(event)) card.append(ruleList(event.candidates || [], seen));
   if (call.preview) {
-    card.append(previewBlock(call.preview));
+    card.append(previewBlock(call.preview, seen));
     if (call.preview.omitted_bytes > 0) {
       card.append(el("p", { class: "omitted", "data-testid": "omitted",
         text: call.preview.omitted_bytes + " more bytes are not shown; deny if you need to see them." }));
     }
   }
   card.append(el("div", { class: "meta", text: "digest " + call.digest }));
+  const warning = escapeWarning(seen);
+  if (warning) card.append(warning);
   const note = el("input", { type: "text", placeholder: "note (shown to the agent on deny)",
                              "data-testid": "note", maxlength: "4096" });
   const actions = el("div", { class: "actions" }, note);
@@ -175,14 +235,17 @@ function questionCard(event) {
   const card = el("article", { class: "card", "data-testid": "question",
                                "data-execution-id": event.execution_id,
                                "data-target": event.target });
+  const seen = { count: 0 };
   card.append(el("h3", { text: "Question" }));
   card.append(el("div", { class: "meta" },
     el("span", { class: "server", "data-testid": "server", text: event.target }),
-    " \u00b7 session " + event.session_id + " \u00b7 by " + event.requested_by));
-  card.append(el("p", { "data-testid": "question-text", text: event.question }));
+    inert(" \u00b7 session " + event.session_id + " \u00b7 by " + event.requested_by, seen)));
+  card.append(el("p", { "data-testid": "question-text", text: inert(event.question, seen) }));
   const actions = el("div", { class: "actions" });
   for (const choice of event.choices) {
-    const button = el("button", { type: "button", "data-testid": "choice", text: choice });
+    // The button shows the choice made inert; the answer sent is the choice as offered.
+    const button = el("button", { type: "button", "data-testid": "choice",
+                                  text: inert(choice, seen) });
     button.addEventListener("click", () => answer(event, choice));
     actions.append(button);
   }
@@ -191,6 +254,8 @@ function questionCard(event) {
                               text: "Answer" });
   send.addEventListener("click", () => answer(event, free.value));
   actions.append(free, send);
+  const warning = escapeWarning(seen);
+  if (warning) card.append(warning);
   card.append(actions);
   return card;
 }
@@ -272,7 +337,8 @@ function batchBox(target, batchId, events, view) {
         target, kind, note: note.value,
         calls: events.map((e) => ({ execution_id: e.call.execution_id, digest: e.call.digest })),
       });
-      notice("Decided the batch " + batchId + " (" + events.length + " calls).", false);
+      notice("Decided the batch " + inert(batchId, { count: 0 }) + " (" + events.length +
+             " calls).", false);
     } catch (error) {
       notice(error.message, true);
       approve.disabled = deny.disabled = false;
@@ -289,8 +355,8 @@ function batchBox(target, batchId, events, view) {
   }
   const session = events[0].call.session_id;
   box.append(el("div", { class: "batch-bar" },
-    el("strong", { text: "One model turn: batch " + batchId + ", " + events.length +
-                         " calls of session " + session }), note, approve, deny));
+    el("strong", { text: "One model turn: batch " + inert(batchId, { count: 0 }) + ", " +
+                         events.length + " calls of session " + session }), note, approve, deny));
   for (const event of events) box.append(state.cards.get(key(event.target, event.call.execution_id)));
   return box;
 }
@@ -315,7 +381,7 @@ async function decide(event, kind, note, buttons) {
       ? (event.candidates || []).map((c) => ({ kind: c.kind, match: c.match })) : [];
     await post("/api/decide", { target: event.target, execution_id: event.call.execution_id,
                                 digest: event.call.digest, kind, note, rules });
-    notice((kind === "deny" ? "Denied " : "Approved ") + event.call.summary +
+    notice((kind === "deny" ? "Denied " : "Approved ") + inert(event.call.summary, { count: 0 }) +
            " on " + event.target + ".", false);
   } catch (error) {
     notice(error.message, true);
