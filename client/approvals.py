@@ -20,11 +20,12 @@ from callgate.client.conversion import (
     ApprovalItem,
     approval_item_from_proto,
     call_from_proto,
+    pending_approval_from_proto,
     rule_effect_to_proto,
     rule_from_proto,
 )
 from callgate.client.errors import ProtocolError
-from callgate.client.models import DecisionKind, Rule, RuleEffect, ToolCall
+from callgate.client.models import DecisionKind, PendingApproval, Rule, RuleEffect, ToolCall
 from callgate.client.transport import Transport
 from callgate.v1 import approval_service_pb2
 
@@ -55,6 +56,17 @@ class Approvals:
                 item = approval_item_from_proto(response)
                 if item is not None:  # None: an item kind from a newer server, skipped.
                     yield item
+
+    async def pending(self, execution_id: str) -> PendingApproval:
+        """One call awaiting approval, in full (its preview included); CallNotFoundError when
+        no call with that ID is awaiting approval."""
+        response = await self._transport.unary(
+            self._stub.GetPendingApproval,
+            approval_service_pb2.GetPendingApprovalRequest(execution_id=execution_id),
+        )
+        if not response.HasField("approval"):
+            raise ProtocolError(f"The server answered for {execution_id} without the call.")
+        return pending_approval_from_proto(response.approval)
 
     async def decide(
         self,

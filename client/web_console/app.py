@@ -182,6 +182,7 @@ class Console:
             Route("/api/decide-batch", self.decide_batch, methods=["POST"]),
             Route("/api/answer", self.answer, methods=["POST"]),
             Route("/api/audit", self.audit, methods=["GET"]),
+            Route("/api/preview", self.preview, methods=["GET"]),
             *(Route(path, self.static, methods=["GET"]) for path in _STATIC),
             Route("/favicon.ico", lambda request: Response(status_code=204), methods=["GET"]),
         ]
@@ -429,6 +430,30 @@ class Console:
                 raise Refused(400, "Name the call: execution_id is required.")
             page = await client.audit.list_events(execution_id=execution_id, page_size=AUDIT_PAGE)
             return JSONResponse({"events": [e.model_dump(mode="json") for e in page.events]})
+
+        return await self._api(request, run)
+
+    async def preview(self, request: Request) -> Response:
+        """A pending call's preview that the fleet view did not keep (fleet.PREVIEWS_KEPT),
+        fetched from its server when the browser shows the card; never stored here."""
+
+        async def run(request: Request) -> Response:
+            session = await self._session(request)
+            if session is None:
+                raise Refused(401, "Log in first.")
+            params = request.query_params
+            client = self._client_for(session, {"target": params.get("target", "")})
+            execution_id = params.get("execution_id", "")
+            if not execution_id:
+                raise Refused(400, "Name the call: execution_id is required.")
+            pending = await client.approvals.pending(execution_id)
+            call = pending.call
+            return JSONResponse(
+                {
+                    "digest": call.digest,
+                    "preview": call.preview.model_dump(mode="json") if call.preview else None,
+                }
+            )
 
         return await self._api(request, run)
 

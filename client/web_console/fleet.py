@@ -32,6 +32,11 @@ snapshot)."""
 
 RECONNECT_BACKOFF: Final = (0.5, 1.0, 2.0, 5.0, 10.0)
 
+PREVIEWS_KEPT: Final = 64
+"""Pending calls per server whose preview text the console keeps (up to 64 KiB each): the
+others are sent without it (`preview_deferred`) and the browser fetches one when it shows its
+card (`/api/preview`), so a flood of pending calls does not grow the console without bound."""
+
 Event = dict[str, JsonValue]
 
 
@@ -76,6 +81,8 @@ class FleetView:
     clients: dict[str, CallgateClient] = field(default_factory=dict)
     status: dict[str, Event] = field(default_factory=dict)
     pending: dict[tuple[str, str], Event] = field(default_factory=dict)
+    # The pending calls whose preview text is kept (at most PREVIEWS_KEPT per server).
+    kept: set[tuple[str, str]] = field(default_factory=set)
     listeners: set[MemoryObjectSendStream[Event]] = field(default_factory=set)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
@@ -155,17 +162,36 @@ class FleetView:
         event = item_event(target, item)
         if isinstance(item, Resolved):
             self.pending.pop((target, item.execution_id), None)
+            self.kept.discard((target, item.execution_id))
         else:
             execution_id = (
                 item.call.execution_id if isinstance(item, PendingApproval) else item.execution_id
             )
-            self.pending[(target, execution_id)] = event
+            key = (target, execution_id)
+            if isinstance(item, PendingApproval) and item.call.preview is not None:
+                self._bound_preview(key, event)
+            self.pending[key] = event
         self._broadcast(event)
+
+    def _bound_preview(self, key: tuple[str, str], event: Event) -> None:
+        """Keep this call's preview text if the server has fewer than PREVIEWS_KEPT kept;
+        else send and hold the event without it (the browser fetches it on demand)."""
+        target = key[0]
+        if key in self.kept or sum(1 for k in self.kept if k[0] == target) < PREVIEWS_KEPT:
+            self.kept.add(key)
+            return
+        call = event["call"]
+        assert isinstance(call, dict)
+        preview = call.get("preview")
+        if isinstance(preview, dict):
+            call["preview"] = {**preview, "text": ""}
+            event["preview_deferred"] = True
 
     def _drop_target(self, target: str) -> None:
         """A stream that broke: its items are withdrawn until it is back (then resent)."""
         for key in [key for key in self.pending if key[0] == target]:
             del self.pending[key]
+            self.kept.discard(key)
             self._broadcast(
                 {"type": "resolved", "target": target, "execution_id": key[1], "state": "unknown"}
             )

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from .board import Subscription
+from .board import PendingApproval, Subscription
 from .calls import CallRecord, CallSnapshot
 from .errors import CallgateError, FailedPrecondition, InternalError, NotFound, request_invalid
 from .lifecycle import Lifecycle
@@ -66,6 +66,19 @@ class Approvals:
         """Subscribe to the approval board (pending items first, then every change)."""
         principal.require(Role.APPROVER)
         return self.lifecycle.board.subscribe()
+
+    def pending(self, principal: Principal, execution_id: str) -> PendingApproval:
+        """One call awaiting approval, as the board shows it (CALL_NOT_FOUND otherwise)."""
+        principal.require(Role.APPROVER)
+        if not execution_id:
+            raise request_invalid("execution_id", "the execution_id is required")
+        pending = self.lifecycle.board.pending_approval(execution_id)
+        if pending is None:
+            raise NotFound(
+                "CALL_NOT_FOUND",
+                "No call with that ID is awaiting approval; WatchApprovals lists those that are.",
+            )
+        return pending
 
     # ------------------------------------------------------------------ decisions
 

@@ -97,6 +97,7 @@ class ApprovalServicer:
         commit = self.approvals.lifecycle.journal.commit
         return {
             "WatchApprovals": self.watch_approvals,
+            "GetPendingApproval": self.get_pending_approval,
             "Decide": acknowledged(self.decide, commit),
             "DecideBatch": acknowledged(self.decide_batch, commit),
             "Answer": acknowledged(self.answer, commit),
@@ -110,6 +111,12 @@ class ApprovalServicer:
             while True:
                 item = await subscription.next()
                 await call.context.write(item_to_proto(item))
+
+    async def get_pending_approval(
+        self, request: pb.GetPendingApprovalRequest, call: Call
+    ) -> pb.GetPendingApprovalResponse:
+        pending = self.approvals.pending(call.principal, request.execution_id)
+        return pb.GetPendingApprovalResponse(approval=item_to_proto(pending).approval)
 
     async def decide(self, request: pb.DecideRequest, call: Call) -> pb.DecideResponse:
         snapshot = await self.approvals.decide(

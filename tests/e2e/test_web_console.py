@@ -412,3 +412,78 @@ async def test_the_card_shows_the_rules_a_remembered_decision_saves(tmp_path: Pa
                     await browser.close()
         listed = await approver(pod).ListRules(apb.ListRulesRequest())
         assert sorted(rule.match for rule in listed.rules) == shown
+
+
+FLOOD = 1000
+PREVIEW_BYTES = 60_000
+
+
+async def test_the_console_holds_a_flood_of_pending_calls(tmp_path: Path) -> None:
+    """1,000 pending writes with 60 KB previews: the page shows the first screenful with the
+    count of all, more on request; the console keeps at most PREVIEWS_KEPT previews per
+    server and sends the rest without their text, which a card fetches when it is shown
+    (deciding waits for it); a decision on such a card works."""
+    from playwright.async_api import async_playwright, expect
+
+    from callgate.client.web_console.fleet import PREVIEWS_KEPT
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        stub = pod.stub()
+        sessions = [await open_session(stub) for _ in range(4)]
+        calls: list[tuple[str, cpb.ToolCall]] = []
+
+        async def agent(session_id: str, first: int) -> None:
+            for number in range(first, FLOOD, len(sessions)):
+                call = await prepare(
+                    stub,
+                    session_id,
+                    "WriteFile",
+                    {"path": f"f{number}.txt", "content": f"{number:05d}\n" * (PREVIEW_BYTES // 6)},
+                    evaluate=True,
+                )
+                assert call.state == cpb.STATE_AWAITING_APPROVAL
+                calls.append((session_id, call))
+
+        async with anyio.create_task_group() as group:
+            for index, session_id in enumerate(sessions):
+                group.start_soon(agent, session_id, index)
+        async with console(("pod", pod)) as url:
+            async with httpx.AsyncClient() as client:
+                await login(client, url, pod.tokens["approver"])
+                lines = []
+                async with client.stream("GET", url + "api/events") as events:
+                    async for line in events.aiter_lines():
+                        if line.startswith("data: "):
+                            lines.append(json.loads(line[6:]))
+                        approvals = [e for e in lines if e.get("type") == "approval"]
+                        if len(approvals) == FLOOD:
+                            break
+            with_text = [e for e in approvals if e["call"]["preview"]["text"]]
+            assert len(with_text) == PREVIEWS_KEPT
+            assert all(e.get("preview_deferred") for e in approvals if e not in with_text)
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(
+                    executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+                )
+                try:
+                    page = await browser.new_page()
+                    await page.goto(url)
+                    await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                    await page.get_by_test_id("login").click()
+                    count = page.get_by_test_id("pending-count")
+                    await expect(count).to_have_text(f"{FLOOD} pending, 50 shown", timeout=30_000)
+                    await expect(page.get_by_test_id("call")).to_have_count(50)
+                    await page.get_by_test_id("show-more").click()
+                    await expect(page.get_by_test_id("call")).to_have_count(100, timeout=10_000)
+                    # Cards 65 and on hold no preview in the console: fetched when shown.
+                    last = page.get_by_test_id("call").nth(99)
+                    await expect(last.get_by_test_id("preview")).to_be_visible(timeout=10_000)
+                    await expect(last.get_by_test_id("approve-once")).to_be_enabled()
+                    execution_id = await last.get_attribute("data-execution-id")
+                    await last.get_by_test_id("approve-once").click()
+                    left = f"{FLOOD - 1} pending, 100 shown"
+                    await expect(count).to_have_text(left, timeout=10_000)
+                finally:
+                    await browser.close()
+        decided = next(c for c in calls if c[1].execution_id == execution_id)
+        assert await state_of(pod, decided[0], decided[1].execution_id) == cpb.STATE_APPROVED

@@ -17,6 +17,29 @@ const state = {
 };
 
 const SETTLE_MS = 1000;
+// Cards (or batch boxes) shown at first; "show more" adds as many again. A card is built only
+// when it is first shown, and events are applied in bursts: one render per burst, however
+// many events it holds, so a flood of pending calls stays usable.
+const PAGE = 50;
+const RENDER_DELAY_MS = 30;
+const PREVIEW_LINES = 400;
+state.limit = PAGE;
+state.renderQueued = false;
+
+function scheduleRender() {
+  if (state.renderQueued) return;
+  state.renderQueued = true;
+  setTimeout(() => { state.renderQueued = false; render(); }, RENDER_DELAY_MS);
+}
+
+function cardFor(event) {
+  const id = event.type === "approval" ? event.call.execution_id : event.execution_id;
+  const k = key(event.target, id);
+  if (!state.cards.has(k)) {
+    state.cards.set(k, event.type === "approval" ? approvalCard(event) : questionCard(event));
+  }
+  return state.cards.get(k);
+}
 
 // A batch is one session's turn: calls group only within one session and loop.
 function batchKey(event) {
@@ -140,9 +163,26 @@ function previewBlock(preview, seen) {
   const body = noted ? lines.slice(1) : lines;
   const classes = preview.kind === "diff" ? diffClasses(body) : body.map(() => "");
   if (noted) pre.append(el("span", { class: "note", "data-testid": "preview-note", text: lines[0] }));
-  body.forEach((line, index) => {
-    pre.append(el("span", { class: classes[index], text: inert(line, seen) }));
-  });
+  // Consecutive lines of one class share a span (a 60 KB preview is a handful of nodes, not
+  // thousands); past PREVIEW_LINES the rest waits behind a button.
+  const runs = (from, to) => {
+    let start = from;
+    for (let index = from + 1; index <= to; index += 1) {
+      if (index === to || classes[index] !== classes[start]) {
+        const text = body.slice(start, index).map((line) => inert(line, seen)).join("\n");
+        pre.append(el("span", { class: classes[start], text }));
+        start = index;
+      }
+    }
+  };
+  const first = Math.min(body.length, PREVIEW_LINES);
+  runs(0, first);
+  if (body.length > first) {
+    const rest = el("button", { type: "button", class: "more-lines", "data-testid": "more-lines",
+                                text: "Show the other " + (body.length - first) + " lines" });
+    rest.addEventListener("click", () => { rest.remove(); runs(first, body.length); });
+    pre.append(rest);
+  }
   return pre;
 }
 
@@ -198,12 +238,18 @@ function approvalCard(event) {
     (event.deadline ? " \u00b7 decide by " + new Date(event.deadline).toLocaleTimeString() : "")));
   card.append(requirementList(call, event.unmet, seen));
   if (!onceOnly(event)) card.append(ruleList(event.candidates || [], seen));
-  if (call.preview) {
+  let waiting = null;
+  if (call.preview && event.preview_deferred) {
+    // Not kept by the console: fetched now that the card is shown; deciding waits for it.
+    waiting = el("pre", { class: "preview", "data-testid": "preview-loading",
+                          text: "Loading the preview\u2026" });
+    card.append(waiting);
+  } else if (call.preview) {
     card.append(previewBlock(call.preview, seen));
-    if (call.preview.omitted_bytes > 0) {
-      card.append(el("p", { class: "omitted", "data-testid": "omitted",
-        text: call.preview.omitted_bytes + " more bytes are not shown; deny if you need to see them." }));
-    }
+  }
+  if (call.preview && call.preview.omitted_bytes > 0) {
+    card.append(el("p", { class: "omitted", "data-testid": "omitted",
+      text: call.preview.omitted_bytes + " more bytes are not shown; deny if you need to see them." }));
   }
   card.append(el("div", { class: "meta", text: "digest " + call.digest }));
   const warning = escapeWarning(seen);
@@ -223,12 +269,34 @@ function approvalCard(event) {
   deny.addEventListener("click", () => decide(event, "deny", note.value, buttons));
   buttons.push(deny);
   actions.append(...buttons);
+  if (waiting) loadPreview(event, card, waiting, seen, buttons);
   const auditButton = el("button", { type: "button", "data-testid": "audit", text: "Audit trail" });
   const audit = el("div", { class: "audit", "data-testid": "audit-trail", hidden: "" });
   auditButton.addEventListener("click", () => showAudit(event.target, call.execution_id, audit));
   actions.append(auditButton);
   card.append(actions, audit);
   return card;
+}
+
+async function loadPreview(event, card, waiting, seen, buttons) {
+  for (const b of buttons) b.disabled = true;
+  const query = new URLSearchParams({ target: event.target, execution_id: event.call.execution_id });
+  try {
+    const response = await fetch("/api/preview?" + query.toString(), { credentials: "same-origin" });
+    const data = await response.json();
+    if (!response.ok || data.digest !== event.call.digest || !data.preview) {
+      waiting.textContent = (data && data.error) || "The preview is not available; deny if in doubt.";
+      return;
+    }
+    waiting.replaceWith(previewBlock(data.preview, seen));
+    const warning = escapeWarning(seen);
+    const old = card.querySelector("[data-testid=escape-warning]");
+    if (warning && old) old.replaceWith(warning);
+    else if (warning) card.insertBefore(warning, card.querySelector(".actions"));
+    for (const b of buttons) b.disabled = false;
+  } catch (error) {
+    waiting.textContent = "The preview could not be fetched; deny if in doubt.";
+  }
 }
 
 function questionCard(event) {
@@ -263,6 +331,8 @@ function questionCard(event) {
 function render() {
   const main = document.getElementById("pending");
   const groups = [];
+  let budget = state.limit;
+  let hidden = 0;
   for (const target of state.targets) {
     const mine = [...state.items.values()].filter((e) => e.target === target.name);
     if (!mine.length) continue;
@@ -302,17 +372,32 @@ function render() {
       const k = key(event.target, id);
       if (placed.has(k)) continue;
       const box = shown.get(batchKey(event));
-      if (box && box.members.includes(event)) {
-        group.append(batchBox(target.name, event.call.batch_id, box.members, box.view));
-        for (const member of box.members) placed.add(key(member.target, member.call.execution_id));
-        continue;
+      const members = box && box.members.includes(event) ? box.members : [event];
+      for (const member of members) {
+        const mid = member.type === "approval" ? member.call.execution_id : member.execution_id;
+        placed.add(key(member.target, mid));
       }
-      group.append(state.cards.get(k));
-      placed.add(k);
+      if (budget <= 0) { hidden += members.length; continue; }
+      budget -= 1;
+      if (members.length > 1) {
+        group.append(batchBox(target.name, event.call.batch_id, members, box.view));
+      } else {
+        group.append(cardFor(event));
+      }
     }
-    groups.push(group);
+    if (group.childElementCount > 1) groups.push(group);
   }
-  main.replaceChildren(...groups);
+  const total = state.items.size;
+  const head = el("p", { class: "count", "data-testid": "pending-count",
+                         text: total + " pending" + (hidden ? ", " + (total - hidden) + " shown" : "") });
+  const tail = [];
+  if (hidden) {
+    const more = el("button", { type: "button", "data-testid": "show-more",
+                                text: "Show " + Math.min(PAGE, hidden) + " more of " + hidden });
+    more.addEventListener("click", () => { state.limit += PAGE; render(); });
+    tail.push(more);
+  }
+  main.replaceChildren(...(total ? [head] : []), ...groups, ...tail);
   const live = new Set([...state.items.values()].map(batchKey));
   for (const batch of [...state.batchViews.keys()]) {
     if (!live.has(batch)) state.batchViews.delete(batch);
@@ -357,7 +442,7 @@ function batchBox(target, batchId, events, view) {
   box.append(el("div", { class: "batch-bar" },
     el("strong", { text: "One model turn: batch " + inert(batchId, { count: 0 }) + ", " +
                          events.length + " calls of session " + session }), note, approve, deny));
-  for (const event of events) box.append(state.cards.get(key(event.target, event.call.execution_id)));
+  for (const event of events) box.append(cardFor(event));
   return box;
 }
 
@@ -425,9 +510,9 @@ function handle(event) {
     const id = event.type === "approval" ? event.call.execution_id : event.execution_id;
     const k = key(event.target, id);
     state.items.set(k, event);
-    state.cards.set(k, event.type === "approval" ? approvalCard(event) : questionCard(event));
+    state.cards.delete(k);  // built again, from this event, when it is shown
   }
-  render();
+  scheduleRender();
 }
 
 async function start() {

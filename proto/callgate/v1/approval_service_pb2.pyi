@@ -95,6 +95,45 @@ class WatchApprovalsRequest(_message.Message):
 Global___WatchApprovalsRequest: _TypeAlias = WatchApprovalsRequest  # noqa: Y015
 
 @_typing.final
+class GetPendingApprovalRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPendingApprovalRequest: _TypeAlias = GetPendingApprovalRequest  # noqa: Y015
+
+@_typing.final
+class GetPendingApprovalResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPROVAL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def approval(self) -> Global___PendingApproval: ...
+    def __init__(
+        self,
+        *,
+        approval: Global___PendingApproval | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval", b"approval"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPendingApprovalResponse: _TypeAlias = GetPendingApprovalResponse  # noqa: Y015
+
+@_typing.final
 class WatchApprovalsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -43,6 +43,11 @@ class ApprovalServiceStub:
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsResponse.FromString,
                 _registered_method=True)
+        self.GetPendingApproval = channel.unary_unary(
+                '/callgate.v1.ApprovalService/GetPendingApproval',
+                request_serializer=callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalResponse.FromString,
+                _registered_method=True)
         self.Decide = channel.unary_unary(
                 '/callgate.v1.ApprovalService/Decide',
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideRequest.SerializeToString,
@@ -86,6 +91,15 @@ class ApprovalServiceServicer:
         """Streams every pending approval and AskUser question: first the ones pending now
         (oldest first), then each new one as it arrives, and a `resolved` item when one stops
         being pending (decided, answered, timed out, cancelled). Never ends on its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPendingApproval(self, request, context):
+        """Returns one pending approval in full, as WatchApprovals sent it (a console that keeps only
+        some previews fetches the others when it shows them). NOT_FOUND / CALL_NOT_FOUND when no
+        call with that ID is awaiting approval.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +163,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     request_deserializer=callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsResponse.SerializeToString,
             ),
+            'GetPendingApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPendingApproval,
+                    request_deserializer=callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalResponse.SerializeToString,
+            ),
             'Decide': grpc.unary_unary_rpc_method_handler(
                     servicer.Decide,
                     request_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideRequest.FromString,
@@ -211,6 +230,33 @@ class ApprovalService:
             '/callgate.v1.ApprovalService/WatchApprovals',
             callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsRequest.SerializeToString,
             callgate_dot_v1_dot_approval__service__pb2.WatchApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPendingApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.ApprovalService/GetPendingApproval',
+            callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalRequest.SerializeToString,
+            callgate_dot_v1_dot_approval__service__pb2.GetPendingApprovalResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,11 @@ class ApprovalServiceStub:
     (oldest first), then each new one as it arrives, and a `resolved` item when one stops
     being pending (decided, answered, timed out, cancelled). Never ends on its own.
     """
+    GetPendingApproval: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.GetPendingApprovalRequest, _approval_service_pb2.GetPendingApprovalResponse]
+    """Returns one pending approval in full, as WatchApprovals sent it (a console that keeps only
+    some previews fetches the others when it shows them). NOT_FOUND / CALL_NOT_FOUND when no
+    call with that ID is awaiting approval.
+    """
     Decide: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.DecideRequest, _approval_service_pb2.DecideResponse]
     """Decides a call AWAITING_APPROVAL. `digest` must be the digest the approver was shown
     (DIGEST_MISMATCH otherwise). Exactly one decision wins when several approvers decide at
@@ -80,6 +85,11 @@ class ApprovalServiceAsyncStub(ApprovalServiceStub):
     """Streams every pending approval and AskUser question: first the ones pending now
     (oldest first), then each new one as it arrives, and a `resolved` item when one stops
     being pending (decided, answered, timed out, cancelled). Never ends on its own.
+    """
+    GetPendingApproval: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.GetPendingApprovalRequest, _approval_service_pb2.GetPendingApprovalResponse]  # type: ignore[assignment]
+    """Returns one pending approval in full, as WatchApprovals sent it (a console that keeps only
+    some previews fetches the others when it shows them). NOT_FOUND / CALL_NOT_FOUND when no
+    call with that ID is awaiting approval.
     """
     Decide: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.DecideRequest, _approval_service_pb2.DecideResponse]  # type: ignore[assignment]
     """Decides a call AWAITING_APPROVAL. `digest` must be the digest the approver was shown
@@ -122,6 +132,17 @@ class ApprovalServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams every pending approval and AskUser question: first the ones pending now
         (oldest first), then each new one as it arrives, and a `resolved` item when one stops
         being pending (decided, answered, timed out, cancelled). Never ends on its own.
+        """
+
+    @_abc_1.abstractmethod
+    def GetPendingApproval(
+        self,
+        request: _approval_service_pb2.GetPendingApprovalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_approval_service_pb2.GetPendingApprovalResponse, _abc.Awaitable[_approval_service_pb2.GetPendingApprovalResponse]]:
+        """Returns one pending approval in full, as WatchApprovals sent it (a console that keeps only
+        some previews fetches the others when it shows them). NOT_FOUND / CALL_NOT_FOUND when no
+        call with that ID is awaiting approval.
         """
 
     @_abc_1.abstractmethod
