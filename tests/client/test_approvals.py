@@ -61,6 +61,11 @@ class ScriptedApprovalService(approval_service_pb2_grpc.ApprovalServiceServicer)
         async for item in self.items[1]:
             yield item
 
+    async def GetPendingApproval(
+        self, request: approval_service_pb2.GetPendingApprovalRequest, context: Context
+    ) -> approval_service_pb2.GetPendingApprovalResponse:
+        await context.abort(grpc.StatusCode.NOT_FOUND, "this scripted server keeps no calls")
+
     async def Decide(
         self, request: approval_service_pb2.DecideRequest, context: Context
     ) -> approval_service_pb2.DecideResponse:

@@ -164,3 +164,30 @@ async def test_a_batch_of_calls_from_two_sessions_is_refused(tmp_path: Path) -> 
                 tpb.GetCallRequest(session_id=session, execution_id=call.execution_id)
             )
             assert got.call.state == cpb.STATE_AWAITING_APPROVAL
+
+
+async def test_a_pending_approval_is_fetched_whole_by_an_approver_only(tmp_path: Path) -> None:
+    """GetPendingApproval returns the call as WatchApprovals showed it (its preview included)
+    to an approver; an unknown or decided call is CALL_NOT_FOUND; the agent's token is refused."""
+    async with serve(tmp_path) as harness:
+        _, pending = await _pending(harness)
+        got = await approver(harness).GetPendingApproval(
+            apb.GetPendingApprovalRequest(execution_id=pending.call.execution_id)
+        )
+        assert got.approval.call.digest == pending.call.digest
+        assert got.approval.call.preview.text == pending.call.preview.text
+        assert list(got.approval.candidates) == list(pending.candidates)
+        for role, execution_id, expected in (
+            ("approver", "call_unknown", (grpc.StatusCode.NOT_FOUND, "CALL_NOT_FOUND")),
+            (
+                "agent",
+                pending.call.execution_id,
+                (grpc.StatusCode.PERMISSION_DENIED, "ROLE_REQUIRED"),
+            ),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await approver(harness, role).GetPendingApproval(
+                    apb.GetPendingApprovalRequest(execution_id=execution_id)
+                )
+            problem = failure(raised.value)
+            assert (problem.code, problem.reason) == expected
