@@ -25,11 +25,12 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tools use: bubblewrap (the Bash sandbox) and ripgrep (Grep); chromium
-# only for the web console's browser test (Playwright drives it; no browser is downloaded).
+# only for the web console's browser test (Playwright drives it; no browser is downloaded),
+# tmux only for the terminal approver's tests in a real pane.
 install-system:
-	@if ! command -v bwrap >/dev/null || ! command -v rg >/dev/null || ! command -v tree >/dev/null || ! test -x /usr/bin/chromium || ! ldconfig -p | grep -q libseccomp.so.2; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2 ripgrep tree chromium >/dev/null; \
-	  else echo "install bubblewrap, libseccomp2, ripgrep, tree and chromium (apt-get install bubblewrap libseccomp2 ripgrep tree chromium) for the sandbox, its seccomp filter, fast grep, the command rules' ground-truth test and the console's browser test"; fi; \
+	@if ! command -v bwrap >/dev/null || ! command -v rg >/dev/null || ! command -v tree >/dev/null || ! command -v tmux >/dev/null || ! test -x /usr/bin/chromium || ! ldconfig -p | grep -q libseccomp.so.2; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2 ripgrep tree tmux chromium >/dev/null; \
+	  else echo "install bubblewrap, libseccomp2, ripgrep, tree, tmux and chromium (apt-get install bubblewrap libseccomp2 ripgrep tree tmux chromium) for the sandbox, its seccomp filter, fast grep, the command rules' ground-truth test, the terminal approver's pane tests and the console's browser test"; fi; \
 	fi
 
 $(BUF):

@@ -252,6 +252,29 @@ async def test_a_command_with_terminal_escapes_is_shown_escaped_in_the_pane(
         await terminal.shows(f"is now {State.DENIED.value}")
 
 
+@pytest.mark.anyio
+async def test_a_bidi_override_in_a_command_reads_inert_in_the_pane(server_dir: Path) -> None:
+    """`cat notes.txt <U+202E>; bash evil.sh #` is shown with the override escaped, not
+    reordering the line, and the warning counts the agent's characters only."""
+    command = "cat notes.txt \u202e; bash evil.sh #"
+    async with (
+        _agent(server_dir) as agent,
+        agent.open_session() as session,
+        approver_terminal(server_dir) as terminal,
+    ):
+        call = await session.prepare("Bash", {"command": command}, evaluate=True)
+        if call.state is not State.AWAITING_APPROVAL:
+            pytest.skip(f"the server does not gate this command ({call.state})")
+        screen = await terminal.shows(call.digest, "[o]nce")
+        assert "cat notes.txt \\u202e; bash evil.sh #" in screen
+        assert "\u202e" not in screen
+        assert "WARNING" in screen
+        await terminal.type("d")
+        await terminal.shows("note for the agent")
+        await terminal.type("")
+        await terminal.shows(f"is now {State.DENIED.value}")
+
+
 def test_rules_add_list_and_rm_round_trip(server_dir: Path) -> None:
     """A workspace rule added by `rules add` is listed, removed by `rules rm`, then gone."""
     added = _cli(
