@@ -86,6 +86,7 @@ bench: install install-system
 	$(PY) bench/confinement.py
 	$(PY) bench/rules.py
 	$(PY) -m bench.abuse
+	$(PY) bench/console_flood.py
 
 # The sidecar image (needs a container engine; see Dockerfile and deploy/kubernetes/).
 image:
