@@ -418,16 +418,22 @@ class Console:
 
         return await self._api(request, run)
 
+    async def _call_query(self, request: Request) -> tuple[CallgateClient, str]:
+        """A GET about one call (`?target=…&execution_id=…`) of a logged-in approver: the
+        client of that target and the execution ID."""
+        session = await self._session(request)
+        if session is None:
+            raise Refused(401, "Log in first.")
+        params = request.query_params
+        client = self._client_for(session, {"target": params.get("target", "")})
+        execution_id = params.get("execution_id", "")
+        if not execution_id:
+            raise Refused(400, "Name the call: execution_id is required.")
+        return client, execution_id
+
     async def audit(self, request: Request) -> Response:
         async def run(request: Request) -> Response:
-            session = await self._session(request)
-            if session is None:
-                raise Refused(401, "Log in first.")
-            params = request.query_params
-            client = self._client_for(session, {"target": params.get("target", "")})
-            execution_id = params.get("execution_id", "")
-            if not execution_id:
-                raise Refused(400, "Name the call: execution_id is required.")
+            client, execution_id = await self._call_query(request)
             page = await client.audit.list_events(execution_id=execution_id, page_size=AUDIT_PAGE)
             return JSONResponse({"events": [e.model_dump(mode="json") for e in page.events]})
 
@@ -438,14 +444,7 @@ class Console:
         fetched from its server when the browser shows the card; never stored here."""
 
         async def run(request: Request) -> Response:
-            session = await self._session(request)
-            if session is None:
-                raise Refused(401, "Log in first.")
-            params = request.query_params
-            client = self._client_for(session, {"target": params.get("target", "")})
-            execution_id = params.get("execution_id", "")
-            if not execution_id:
-                raise Refused(400, "Name the call: execution_id is required.")
+            client, execution_id = await self._call_query(request)
             pending = await client.approvals.pending(execution_id)
             call = pending.call
             return JSONResponse(
