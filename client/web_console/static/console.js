@@ -162,7 +162,8 @@ function previewBlock(preview, seen) {
     lines[0].includes("control or invisible character");
   const body = noted ? lines.slice(1) : lines;
   const classes = preview.kind === "diff" ? diffClasses(body) : body.map(() => "");
-  if (noted) pre.append(el("span", { class: "note", "data-testid": "preview-note", text: lines[0] }));
+  if (noted) pre.append(el("span", { class: "note", "data-testid": "preview-note",
+                                     text: inert(lines[0], seen) }));
   // Consecutive lines of one class share a span (a 60 KB preview is a handful of nodes, not
   // thousands); past PREVIEW_LINES the rest waits behind a button.
   const runs = (from, to) => {
