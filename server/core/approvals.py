@@ -205,10 +205,13 @@ class Approvals:
         pending = self.lifecycle.board.pending_approval(record.execution_id)
         offered: tuple[RuleCandidate, ...] = pending.candidates if pending is not None else ()
         if chosen:
+            # Compared exactly, as offered (candidates are already canonical): normalizing a
+            # path here would resolve it again, and a symlink swapped in since could turn a
+            # narrow choice into a broader offered rule.
             by_key = {(c.kind, c.match): c for c in offered}
             picked: dict[tuple[str, str], RuleCandidate] = {}
             for rule_kind, match in chosen:
-                candidate = by_key.get(_offered_key(rule_kind, match))
+                candidate = by_key.get((rule_kind, match))
                 if candidate is None:
                     raise FailedPrecondition(
                         "RULE_NOT_OFFERED",
@@ -404,15 +407,6 @@ class Approvals:
                 raise request_invalid("scope", "the workspace is outside the allowed roots")
             return scope
         raise request_invalid("scope", "the scope must be session:<id> or workspace:<root>")
-
-
-def _offered_key(kind: str, match: str) -> tuple[str, str]:
-    """A chosen rule as candidates are offered (normalized); unparsable: as given (then it
-    matches no offered candidate and is refused)."""
-    try:
-        return kind, normalize_pattern(kind, match)
-    except RulePatternError:
-        return kind, match
 
 
 def _check_decidable(record: CallRecord) -> None:

@@ -368,7 +368,9 @@ class Bash(Tool[BashArguments, BashArtifact]):
         ):
             for declaration in declarations:
                 target = (
-                    f"files below {declaration.path}" if declaration.is_tree else declaration.path
+                    f"files below {display(declaration.path)}"
+                    if declaration.is_tree
+                    else display(declaration.path)
                 )
                 requirements.append(
                     Requirement(

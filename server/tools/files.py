@@ -91,7 +91,10 @@ def os_failure(exc: OSError, rel: str, action: str) -> ToolResult:
 
 def _file_requirement(kind: RequirementKind, verb: str, canonical: str) -> Requirement:
     return Requirement(
-        kind=kind.value, scope=canonical, match=canonical, description=f"{verb} {canonical}"
+        kind=kind.value,
+        scope=canonical,
+        match=canonical,
+        description=f"{verb} {display(canonical)}",
     )
 
 
@@ -110,7 +113,7 @@ def _write_request(
             kind=RequirementKind.FILESYSTEM_WRITE.value,
             scope=canonical,
             match=canonical,
-            description=f"write {canonical} — {HUMAN_ONLY_WHY}",
+            description=f"write {display(canonical)} — {HUMAN_ONLY_WHY}",
             human_only=True,
         )
         return requirement, ()

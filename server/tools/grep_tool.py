@@ -121,7 +121,7 @@ class Grep(Tool[GrepArguments, GrepArtifact]):
                 kind=RequirementKind.FILESYSTEM_READ.value,
                 scope=canonical,
                 match=canonical,
-                description=f"read {canonical}",
+                description=f"read {display(canonical)}",
             )
         rel = display(ctx.workspace.relative(canonical))
         return Prepared(

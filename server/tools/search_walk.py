@@ -57,7 +57,7 @@ def tree_requirement(canonical: str) -> Requirement:
         kind=RequirementKind.FILESYSTEM_READ.value,
         scope=match,
         match=match,
-        description=f"read files below {canonical}",
+        description=f"read files below {display(canonical)}",
     )
 
 

@@ -487,3 +487,49 @@ async def test_the_console_holds_a_flood_of_pending_calls(tmp_path: Path) -> Non
                     await browser.close()
         decided = next(c for c in calls if c[1].execution_id == execution_id)
         assert await state_of(pod, decided[0], decided[1].execution_id) == cpb.STATE_APPROVED
+
+
+async def test_approve_all_waits_for_every_members_fetched_preview(tmp_path: Path) -> None:
+    """With previews the console did not keep (more than PREVIEWS_KEPT pending), a batch box
+    cannot be approved while a member's preview has not been shown: here every fetch fails,
+    and "approve all" stays disabled after the box has settled (deny stays possible)."""
+    from playwright.async_api import async_playwright, expect
+
+    from callgate.client.web_console.fleet import PREVIEWS_KEPT
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        stub = pod.stub()
+        filler, mine = await open_session(stub), await open_session(stub)
+        for number in range(PREVIEWS_KEPT):
+            arguments: dict[str, object] = {"path": f"f{number}.txt", "content": "x\n"}
+            await prepare(stub, filler, "WriteFile", arguments, evaluate=True)
+        batch = [
+            await prepare(
+                stub,
+                mine,
+                "WriteFile",
+                {"path": f"b{number}.sh", "content": f"evil {number}\n"},
+                evaluate=True,
+                batch_id="turn-1",
+            )
+            for number in range(2)
+        ]
+        async with console(("pod", pod)) as url, async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                page = await browser.new_page()
+                await page.route("**/api/preview**", lambda route: route.abort())
+                await page.goto(url)
+                await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                await page.get_by_test_id("login").click()
+                await page.get_by_test_id("show-more").click()
+                box = page.locator('[data-batch-id="turn-1"]')
+                await expect(box.get_by_test_id("call")).to_have_count(2, timeout=10_000)
+                await expect(box.get_by_test_id("deny-batch")).to_be_enabled(timeout=10_000)
+                await expect(box.get_by_test_id("approve-batch")).to_be_disabled()
+            finally:
+                await browser.close()
+        for call in batch:
+            assert await state_of(pod, mine, call.execution_id) == cpb.STATE_AWAITING_APPROVAL

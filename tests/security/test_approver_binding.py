@@ -191,3 +191,34 @@ async def test_a_pending_approval_is_fetched_whole_by_an_approver_only(tmp_path:
                 )
             problem = failure(raised.value)
             assert (problem.code, problem.reason) == expected
+
+
+async def test_a_chosen_rule_is_matched_exactly_never_resolved_again(tmp_path: Path) -> None:
+    """The approver chooses the narrow `tree:<ws>/sub` of the rules offered; the agent has
+    since swapped `sub` for a symlink to the workspace. What is saved is exactly the rule chosen,
+    never the broader `tree:<ws>` that resolving the choice again would give."""
+    async with serve(tmp_path) as harness:
+        (harness.workspace / "sub").mkdir()
+        watcher = Watcher(approver(harness))
+        session = await open_session(harness.stub())
+        arguments: dict[str, object] = {
+            "command": "echo hi",
+            "access": {"write": ["tree:sub", "tree:."]},
+        }
+        call = await prepare(harness.stub(), session, "Bash", arguments, evaluate=True)
+        pending = await watcher.approval(call.execution_id)
+        watcher.cancel()
+        root = str(harness.workspace.resolve())
+        offered = {c.match for c in pending.candidates if c.kind == "filesystem.write"}
+        assert {f"tree:{root}/sub", f"tree:{root}"} <= offered
+        (harness.workspace / "sub").rmdir()
+        (harness.workspace / "sub").symlink_to(harness.workspace)
+        await approver(harness).Decide(
+            apb.DecideRequest(
+                execution_id=call.execution_id,
+                digest=call.digest,
+                kind=apb.DECISION_KIND_APPROVE_FOR_SESSION,
+                rules=[apb.RuleCandidate(kind="filesystem.write", match=f"tree:{root}/sub")],
+            )
+        )
+        assert await _rules(harness) == [f"tree:{root}/sub"]

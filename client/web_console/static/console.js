@@ -290,6 +290,8 @@ async function loadPreview(event, card, waiting, seen, buttons) {
       return;
     }
     waiting.replaceWith(previewBlock(data.preview, seen));
+    card.dataset.previewShown = "yes";
+    scheduleRender();  // a batch box holding this card may now be decided
     const warning = escapeWarning(seen);
     const old = card.querySelector("[data-testid=escape-warning]");
     if (warning && old) old.replaceWith(warning);
@@ -438,6 +440,12 @@ function batchBox(target, batchId, events, view) {
     approve.disabled = deny.disabled = true;
     box.classList.add("settling");
     setTimeout(render, settling + 10);
+  }
+  // A member whose preview the console did not keep is approved only once that preview is
+  // on screen (with its digest checked), as its own card's buttons are.
+  if (events.some((e) => e.preview_deferred && cardFor(e).dataset.previewShown !== "yes")) {
+    approve.disabled = true;
+    approve.title = "waiting for every call's preview";
   }
   const session = events[0].call.session_id;
   box.append(el("div", { class: "batch-bar" },
