@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DRIVER = r"""
 import json, statistics, sys, time
-from callgate.server.core.commands import CommandMatcher, parse_family, rule_candidates
+from callgate.server.commands.matching import CommandMatcher, parse_family, rule_candidates
 allow = CommandMatcher((), [parse_family(p) for p in (
     "Bash(git status:*)", "Bash(git log:*)", "Bash(git diff:*)", "Bash(ls:*)", "Bash(rg:*)",
     "Bash(sed:*)", "Bash(head:*)", "Bash(wc:*)")])

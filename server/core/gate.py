@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from .commands import command_inert, family_read_only, is_family_pattern, normalize_command
+from ..commands import command_inert, family_read_only, is_family_pattern, normalize_command
 from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
 from .paths import ProtectedPaths, is_within
 from .rules import Effect, Rule, RuleBook, is_network_target

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .commands import (
+from ..commands import (
     CommandMatcher,
     CommandPatternError,
     command_pattern,
@@ -25,7 +25,7 @@ from .commands import (
     is_family_pattern,
     normalize_command,
 )
-from .commands import parse_family as parse_command_family
+from ..commands import parse_family as parse_command_family
 from .models import TREE_PREFIX, Requirement, RequirementKind, RuleCandidate
 from .paths import is_within
 

@@ -43,7 +43,7 @@ import os
 import re
 from typing import ClassVar, Protocol
 
-from ..core.commands import (
+from ..commands import (
     command_warnings,
     family_words,
     is_family_pattern,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.server.core.commands import WordKind, parse_command, parse_family
+from callgate.server.commands.matching import WordKind, parse_command, parse_family
 from callgate.server.core.gate import AccessDefaults, Gate, Verdict
 from callgate.server.core.models import (
     Access,

@@ -17,7 +17,7 @@ import anyio
 import grpc
 import pytest
 
-from callgate.server.core.commands import normalize_command
+from callgate.server.commands.matching import normalize_command
 from callgate.v1 import tool_call_pb2, tool_service_pb2
 from tests.support.calls import open_session, prepare, run
 from tests.support.server import Harness, serve

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from callgate.server.app import App
+from callgate.server.commands.matching import normalize_command
 from callgate.server.config import ConfigError
-from callgate.server.core.commands import normalize_command
 from callgate.server.core.journal import Event
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import Prepared, Tool, ToolContext

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.server.core.commands import command_warnings
+from callgate.server.commands.matching import command_warnings
 from callgate.v1 import approval_service_pb2 as apb
 from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb

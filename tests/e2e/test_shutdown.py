@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from callgate.client import CallgateClient, ServerUnavailableError, State
-from callgate.server.core.commands import normalize_command
+from callgate.server.commands.matching import normalize_command
 from tests.support.sandbox import bwrap_only, processes_containing
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from callgate.server.core.commands import command_allowed, parse_family
-from callgate.server.core.programs import TABLE, Effect, Operands, Option, Program, Style, Takes
+from callgate.server.commands.matching import command_allowed, parse_family
+from callgate.server.commands.programs import TABLE, Effect, Operands, Option, Program, Style, Takes
 from callgate.server.tools.command_spec import CommandSettings, command_env
 
 # ---------------------------------------------------------------- the fixture workspace

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.server.core.commands import command_allowed, parse_family
-from callgate.server.core.programs import Effect
-from callgate.server.core.programs.scripts import awk_program, sed_script
+from callgate.server.commands.matching import command_allowed, parse_family
+from callgate.server.commands.programs import Effect
+from callgate.server.commands.programs.scripts import awk_program, sed_script
 
 
 def _covered(command: str, family: str) -> bool:

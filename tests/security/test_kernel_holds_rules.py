@@ -23,7 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from callgate.server.core.commands import rule_candidates
+from callgate.server.commands.matching import rule_candidates
 from callgate.v1 import approval_service_pb2 as apb
 from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb

@@ -27,9 +27,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient, State
-from callgate.server.core.commands import Family, command_allowed, command_denied
+from callgate.server.commands.matching import Family, command_allowed, command_denied
+from callgate.server.commands.shell_parse import parse_command
 from callgate.server.core.preview import diff_preview as preview_diff
-from callgate.server.core.shell_parse import parse_command
 from callgate.server.tools.files import diff_preview as files_diff
 from callgate.server.tools.search_patterns import compile_grep_regex
 

@@ -25,15 +25,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, event, given, note, settings
 from hypothesis import strategies as st
 
-from callgate.server.core.commands import (
+from callgate.server.commands.matching import (
     command_allowed,
     normalize_command,
     parse_command,
     parse_family,
     rule_candidates,
 )
-from callgate.server.core.program_table import runs_other_code
-from callgate.server.core.programs import TABLE, read
+from callgate.server.commands.program_table import runs_other_code
+from callgate.server.commands.programs import TABLE, read
 from tests.security.ground_truth import (
     PER_COMMAND,
     SLOW_PER_COMMAND,

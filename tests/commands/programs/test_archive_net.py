@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.server.core.commands import command_denied, parse_family
-from callgate.server.core.programs import TABLE, read, table_archive, table_net
-from callgate.server.core.shell_parse import WordKind
+from callgate.server.commands.matching import command_denied, parse_family
+from callgate.server.commands.programs import TABLE, read, table_archive, table_net
+from callgate.server.commands.shell_parse import WordKind
 
 from .cases import FAMILY, Case, case, check
 

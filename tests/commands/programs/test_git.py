@@ -1,5 +1,5 @@
 """git: which commands a family covers, what candidates are offered, and what deny families
-see, per subcommand (server/core/programs/table_git.py)."""
+see, per subcommand (server/commands/programs/table_git.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from callgate.server.core.commands import command_denied, parse_family
-from callgate.server.core.programs import TABLE, Effect, Program, read
-from callgate.server.core.programs.table_git import pretty_format, pull_rebase
-from callgate.server.core.shell_parse import parse_command
+from callgate.server.commands.matching import command_denied, parse_family
+from callgate.server.commands.programs import TABLE, Effect, Program, read
+from callgate.server.commands.programs.table_git import pretty_format, pull_rebase
+from callgate.server.commands.shell_parse import parse_command
 
 from .cases import FAMILY, Case, case, check
 

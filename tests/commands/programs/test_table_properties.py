@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.server.core.commands import command_allowed, parse_family, rule_candidates
-from callgate.server.core.programs import TABLE, Effect, Operands, Option, Program, Style, Takes
-from callgate.server.core.programs.reading import option_names
+from callgate.server.commands.matching import command_allowed, parse_family, rule_candidates
+from callgate.server.commands.programs import TABLE, Effect, Operands, Option, Program, Style, Takes
+from callgate.server.commands.programs.reading import option_names
 
 
 def entries() -> Iterator[tuple[tuple[str, ...], Program]]:

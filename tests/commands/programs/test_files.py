@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.server.core.commands import command_denied, family_words, parse_family
-from callgate.server.core.programs import TABLE, Program, read, table_files, table_text
-from callgate.server.core.programs.build import attached, values
-from callgate.server.core.shell_parse import WordKind
+from callgate.server.commands.matching import command_denied, family_words, parse_family
+from callgate.server.commands.programs import TABLE, Program, read, table_files, table_text
+from callgate.server.commands.programs.build import attached, values
+from callgate.server.commands.shell_parse import WordKind
 
 from .cases import FAMILY, Case, case, check
 

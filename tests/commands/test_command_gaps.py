@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.server.core.commands import command_allowed, command_denied, parse_family
+from callgate.server.commands.matching import command_allowed, command_denied, parse_family
 
 RM = [parse_family("Bash(rm:*)")]
 
@@ -104,7 +104,7 @@ def test_only_the_programs_that_name_an_action_stand_for_it(
 def test_warnings_are_capped_for_a_huge_command() -> None:
     """A command with thousands of unknown options gives at most MAX_WARNINGS lines, the last
     counting the rest: the approval (and its digest) stays bounded."""
-    from callgate.server.core.commands import MAX_WARNINGS, command_warnings
+    from callgate.server.commands.matching import MAX_WARNINGS, command_warnings
 
     command = "git log " + " ".join(f"--unknown-{i}" for i in range(2000))
     lines = command_warnings(command)

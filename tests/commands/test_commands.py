@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.server.core.commands import (
+from callgate.server.commands.matching import (
     MAX_NESTING,
     CommandMatcher,
     CommandPatternError,
@@ -24,8 +24,7 @@ from callgate.server.core.commands import (
     parse_family,
     rule_candidates,
 )
-
-from .strategies import (
+from tests.core.strategies import (
     ALLOW_FAMILIES,
     command_lines,
     compositions_with_an_uncovered_part,

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-from callgate.server.core.commands import command_denied, family_words, parse_family
-from callgate.server.core.programs import Program, table_dev
+from callgate.server.commands.matching import command_denied, family_words, parse_family
+from callgate.server.commands.programs import Program, table_dev
 
 from .cases import FAMILY, Case, case, check
 

@@ -3,9 +3,9 @@ globs where options stand, and what is unknown."""
 
 from __future__ import annotations
 
-from callgate.server.core.programs import Effect, Program, Takes, read
-from callgate.server.core.programs.build import does, flags, mode, values
-from callgate.server.core.shell_parse import parse_command
+from callgate.server.commands.programs import Effect, Program, Takes, read
+from callgate.server.commands.programs.build import does, flags, mode, values
+from callgate.server.commands.shell_parse import parse_command
 
 TOOL = Program(
     "tool",

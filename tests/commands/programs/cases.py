@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from callgate.server.core.commands import command_allowed, parse_family, rule_candidates
+from callgate.server.commands.matching import command_allowed, parse_family, rule_candidates
 
 EXACT = "exact"
 """Candidates: the exact command only."""
