@@ -732,7 +732,9 @@ SHORTLOG = Program(
     numeric_flags=True,
     script=pretty_format,
     options=(
-        *_REVISIONS,
+        # shortlog's own `-c/--committer` is a flag; rev-list's `--committer=<pattern>` is not
+        # an option of shortlog (the same name twice made `--committer=x` unreadable).
+        *(option for option in _REVISIONS if "--committer" not in option.names),
         *flags("-c --committer", "-n --numbered", "-s --summary", "-e --email"),
         *values("--group", example="author"),
         *attached("-w", example="76"),

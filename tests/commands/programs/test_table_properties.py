@@ -46,7 +46,7 @@ def test_every_entry_cites_its_manual(path: tuple[str, ...], entry: Program) -> 
 # Names listed twice in one entry with different meanings, where the later listing (the
 # subcommand's own option, parsed by git before the shared revision and diff options) wins.
 OVERRIDES: dict[tuple[str, ...], set[str]] = {
-    ("git", "shortlog"): {"--committer", "-n"},
+    ("git", "shortlog"): {"-n"},
     ("git", "pull"): {"--signoff"},
     ("git", "format-patch"): {"-n", "-v", "--cc"},
 }
