@@ -44,7 +44,7 @@ from .errors import (
 )
 from .gate import Gate
 from .journal import Journal, NullJournal
-from .models import State, ToolInfo, ToolResult
+from .models import RequirementKind, State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within, lexical_path, real_path
 from .principals import Principal, Role
 from .resources import SessionResources, Spawn
@@ -441,9 +441,12 @@ class Lifecycle:
             output,
             record.execution_id,
             read_only=record.decision is not None and record.decision.read_only,
+            # Only a call that runs a command masks programs: other calls skip the rule scan.
             denied_programs=self.gate.rules.denied_programs(
                 session.session_id, session.workspace.root
-            ),
+            )
+            if any(r.kind == RequirementKind.COMMAND_EXECUTE for r in record.requirements)
+            else frozenset(),
         )
         result: ToolResult | None = None
         with anyio.CancelScope() as scope:
