@@ -10,6 +10,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx
@@ -21,6 +22,9 @@ from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb
 from tests.support.calls import invoke, open_session, prepare, run
 from tests.support.server import Harness, serve
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +60,30 @@ async def console(*targets: tuple[str, Harness]) -> AsyncIterator[str]:
                 yield urls[0]
             finally:
                 stop.set()
+
+
+@asynccontextmanager
+async def approver_page(
+    url: str, token: str, *, refuse_previews: bool = False
+) -> AsyncIterator[Page]:
+    """Debian's chromium (headless) on the console at `url`, logged in with `token`; with
+    `refuse_previews`, every fetch of a preview the console did not keep fails."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page()
+            if refuse_previews:
+                await page.route("**/api/preview**", lambda route: route.abort())
+            await page.goto(url)
+            await page.get_by_test_id("token").fill(token)
+            await page.get_by_test_id("login").click()
+            yield page
+        finally:
+            await browser.close()
 
 
 @asynccontextmanager
@@ -217,7 +245,7 @@ async def decide_in_browser(a: Harness, b: Harness) -> None:
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
 async def test_a_batch_is_decided_in_one_click_in_the_browser(tmp_path: Path) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     async with serve_callgate(tmp_path / "pod") as pod:
         stub = pod.stub()
@@ -233,23 +261,13 @@ async def test_a_batch_is_decided_in_one_click_in_the_browser(tmp_path: Path) ->
             )
             for name in ("one", "two", "three")
         ]
-        async with console(("pod", pod)) as url, async_playwright() as pw:
-            browser = await pw.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                page = await browser.new_page()
-                await page.goto(url)
-                await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                await page.get_by_test_id("login").click()
-                batch = page.locator('[data-batch-id="turn-42"]')
-                await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
-                if os.environ.get("CALLGATE_SCREENSHOTS"):
-                    await page.screenshot(path=str(DOCS / "console-batch.png"), full_page=True)
-                await batch.get_by_test_id("approve-batch").click()
-                await expect(batch).to_have_count(0, timeout=10_000)
-            finally:
-                await browser.close()
+        async with console(("pod", pod)) as url, approver_page(url, pod.tokens["approver"]) as page:
+            batch = page.locator('[data-batch-id="turn-42"]')
+            await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
+            if os.environ.get("CALLGATE_SCREENSHOTS"):
+                await page.screenshot(path=str(DOCS / "console-batch.png"), full_page=True)
+            await batch.get_by_test_id("approve-batch").click()
+            await expect(batch).to_have_count(0, timeout=10_000)
         for call in calls:
             assert await state_of(pod, session_id, call.execution_id) == cpb.STATE_APPROVED
             assert not (await invoke(stub, session_id, call.execution_id)).result.is_error
@@ -306,7 +324,7 @@ async def test_approve_all_approves_only_the_calls_the_box_showed(tmp_path: Path
     """A batch box holds one session's calls; "approve all" sends exactly the calls it showed:
     a call that joined the batch after the box appeared, and another session's call naming
     the same batch_id, stay pending and are shown as cards of their own."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     async with serve_callgate(tmp_path / "pod") as pod:
         stub = pod.stub()
@@ -326,27 +344,17 @@ async def test_approve_all_approves_only_the_calls_the_box_showed(tmp_path: Path
 
         shown = [await gated(mine, name) for name in ("one", "two", "three")]
         stranger = await gated(other, "stranger")
-        async with console(("pod", pod)) as url, async_playwright() as pw:
-            browser = await pw.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                page = await browser.new_page()
-                await page.goto(url)
-                await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                await page.get_by_test_id("login").click()
-                batch = page.locator('[data-batch-id="turn-7"]')
-                await expect(batch).to_have_count(1, timeout=10_000)
-                await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
-                # Settled (enabled): the box shows what it will decide; later calls stand apart.
-                await expect(batch.get_by_test_id("approve-batch")).to_be_enabled(timeout=10_000)
-                late = await gated(mine, "late")
-                await expect(page.get_by_test_id("call")).to_have_count(5, timeout=10_000)
-                await expect(batch.get_by_test_id("call")).to_have_count(3)
-                await batch.get_by_test_id("approve-batch").click()
-                await expect(page.get_by_test_id("call")).to_have_count(2, timeout=10_000)
-            finally:
-                await browser.close()
+        async with console(("pod", pod)) as url, approver_page(url, pod.tokens["approver"]) as page:
+            batch = page.locator('[data-batch-id="turn-7"]')
+            await expect(batch).to_have_count(1, timeout=10_000)
+            await expect(batch.get_by_test_id("call")).to_have_count(3, timeout=10_000)
+            # Settled (enabled): the box shows what it will decide; later calls stand apart.
+            await expect(batch.get_by_test_id("approve-batch")).to_be_enabled(timeout=10_000)
+            late = await gated(mine, "late")
+            await expect(page.get_by_test_id("call")).to_have_count(5, timeout=10_000)
+            await expect(batch.get_by_test_id("call")).to_have_count(3)
+            await batch.get_by_test_id("approve-batch").click()
+            await expect(page.get_by_test_id("call")).to_have_count(2, timeout=10_000)
         for call in shown:
             assert await state_of(pod, mine, call.execution_id) == cpb.STATE_APPROVED
         assert await state_of(pod, mine, late.execution_id) == cpb.STATE_AWAITING_APPROVAL
@@ -357,7 +365,7 @@ async def test_the_card_shows_the_rules_a_remembered_decision_saves(tmp_path: Pa
     """Next to "for session" and "always" the card lists the exact rules they save; "always"
     saves exactly those; a decision naming a rule that was not offered is refused (409,
     RULE_NOT_OFFERED) and saves nothing."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     from callgate.v1 import approval_service_pb2 as apb
     from tests.support.approvals import approver
@@ -390,26 +398,16 @@ async def test_the_card_shows_the_rules_a_remembered_decision_saves(tmp_path: Pa
                 assert refused.json()["reason"] == "RULE_NOT_OFFERED"
             listed = await approver(pod).ListRules(apb.ListRulesRequest())
             assert list(listed.rules) == []
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(
-                    executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+            async with approver_page(url, pod.tokens["approver"]) as page:
+                card = page.locator(f'[data-execution-id="{first.execution_id}"]')
+                rules = card.get_by_test_id("rule")
+                await expect(rules).to_have_count(2, timeout=10_000)
+                shown = sorted(
+                    [await rules.nth(i).get_attribute("data-match") or "" for i in range(2)]
                 )
-                try:
-                    page = await browser.new_page()
-                    await page.goto(url)
-                    await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                    await page.get_by_test_id("login").click()
-                    card = page.locator(f'[data-execution-id="{first.execution_id}"]')
-                    rules = card.get_by_test_id("rule")
-                    await expect(rules).to_have_count(2, timeout=10_000)
-                    shown = sorted(
-                        [await rules.nth(i).get_attribute("data-match") or "" for i in range(2)]
-                    )
-                    assert shown == ["Bash(git log:*)", "git log --oneline"]
-                    await card.get_by_test_id("approve-always").click()
-                    await expect(card).to_have_count(0, timeout=10_000)
-                finally:
-                    await browser.close()
+                assert shown == ["Bash(git log:*)", "git log --oneline"]
+                await card.get_by_test_id("approve-always").click()
+                await expect(card).to_have_count(0, timeout=10_000)
         listed = await approver(pod).ListRules(apb.ListRulesRequest())
         assert sorted(rule.match for rule in listed.rules) == shown
 
@@ -423,7 +421,7 @@ async def test_the_console_holds_a_flood_of_pending_calls(tmp_path: Path) -> Non
     count of all, more on request; the console keeps at most PREVIEWS_KEPT previews per
     server and sends the rest without their text, which a card fetches when it is shown
     (deciding waits for it); a decision on such a card works."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     from callgate.client.web_console.fleet import PREVIEWS_KEPT
 
@@ -461,30 +459,20 @@ async def test_the_console_holds_a_flood_of_pending_calls(tmp_path: Path) -> Non
             with_text = [e for e in approvals if e["call"]["preview"]["text"]]
             assert len(with_text) == PREVIEWS_KEPT
             assert all(e.get("preview_deferred") for e in approvals if e not in with_text)
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch(
-                    executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-                )
-                try:
-                    page = await browser.new_page()
-                    await page.goto(url)
-                    await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                    await page.get_by_test_id("login").click()
-                    count = page.get_by_test_id("pending-count")
-                    await expect(count).to_have_text(f"{FLOOD} pending, 50 shown", timeout=30_000)
-                    await expect(page.get_by_test_id("call")).to_have_count(50)
-                    await page.get_by_test_id("show-more").click()
-                    await expect(page.get_by_test_id("call")).to_have_count(100, timeout=10_000)
-                    # Cards 65 and on hold no preview in the console: fetched when shown.
-                    last = page.get_by_test_id("call").nth(99)
-                    await expect(last.get_by_test_id("preview")).to_be_visible(timeout=10_000)
-                    await expect(last.get_by_test_id("approve-once")).to_be_enabled()
-                    execution_id = await last.get_attribute("data-execution-id")
-                    await last.get_by_test_id("approve-once").click()
-                    left = f"{FLOOD - 1} pending, 100 shown"
-                    await expect(count).to_have_text(left, timeout=10_000)
-                finally:
-                    await browser.close()
+            async with approver_page(url, pod.tokens["approver"]) as page:
+                count = page.get_by_test_id("pending-count")
+                await expect(count).to_have_text(f"{FLOOD} pending, 50 shown", timeout=30_000)
+                await expect(page.get_by_test_id("call")).to_have_count(50)
+                await page.get_by_test_id("show-more").click()
+                await expect(page.get_by_test_id("call")).to_have_count(100, timeout=10_000)
+                # Cards 65 and on hold no preview in the console: fetched when shown.
+                last = page.get_by_test_id("call").nth(99)
+                await expect(last.get_by_test_id("preview")).to_be_visible(timeout=10_000)
+                await expect(last.get_by_test_id("approve-once")).to_be_enabled()
+                execution_id = await last.get_attribute("data-execution-id")
+                await last.get_by_test_id("approve-once").click()
+                left = f"{FLOOD - 1} pending, 100 shown"
+                await expect(count).to_have_text(left, timeout=10_000)
         decided = next(c for c in calls if c[1].execution_id == execution_id)
         assert await state_of(pod, decided[0], decided[1].execution_id) == cpb.STATE_APPROVED
 
@@ -493,7 +481,7 @@ async def test_approve_all_waits_for_every_members_fetched_preview(tmp_path: Pat
     """With previews the console did not keep (more than PREVIEWS_KEPT pending), a batch box
     cannot be approved while a member's preview has not been shown: here every fetch fails,
     and "approve all" stays disabled after the box has settled (deny stays possible)."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     from callgate.client.web_console.fleet import PREVIEWS_KEPT
 
@@ -514,22 +502,14 @@ async def test_approve_all_waits_for_every_members_fetched_preview(tmp_path: Pat
             )
             for number in range(2)
         ]
-        async with console(("pod", pod)) as url, async_playwright() as pw:
-            browser = await pw.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                page = await browser.new_page()
-                await page.route("**/api/preview**", lambda route: route.abort())
-                await page.goto(url)
-                await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                await page.get_by_test_id("login").click()
-                await page.get_by_test_id("show-more").click()
-                box = page.locator('[data-batch-id="turn-1"]')
-                await expect(box.get_by_test_id("call")).to_have_count(2, timeout=10_000)
-                await expect(box.get_by_test_id("deny-batch")).to_be_enabled(timeout=10_000)
-                await expect(box.get_by_test_id("approve-batch")).to_be_disabled()
-            finally:
-                await browser.close()
+        async with (
+            console(("pod", pod)) as url,
+            approver_page(url, pod.tokens["approver"], refuse_previews=True) as page,
+        ):
+            await page.get_by_test_id("show-more").click()
+            box = page.locator('[data-batch-id="turn-1"]')
+            await expect(box.get_by_test_id("call")).to_have_count(2, timeout=10_000)
+            await expect(box.get_by_test_id("deny-batch")).to_be_enabled(timeout=10_000)
+            await expect(box.get_by_test_id("approve-batch")).to_be_disabled()
         for call in batch:
             assert await state_of(pod, mine, call.execution_id) == cpb.STATE_AWAITING_APPROVAL

@@ -17,7 +17,7 @@ from callgate.client import CallgateClient
 from callgate.client.display import diff_classes, render_approval
 from callgate.client.models import PendingApproval
 from callgate.v1 import tool_call_pb2 as cpb
-from tests.e2e.test_web_console import CHROMIUM, console, serve_callgate
+from tests.e2e.test_web_console import approver_page, console, serve_callgate
 from tests.support.calls import open_session, prepare, run
 from tests.support.server import Harness, serve
 
@@ -80,7 +80,7 @@ def test_diff_lines_are_classed_by_their_position_not_their_text() -> None:
 async def test_the_web_console_shows_agent_text_inert(tmp_path: Path) -> None:
     """In Chromium the override in a command and in an AskUser question is shown as an escape,
     with the warning, and an added `++ ` line is styled as added, not as a file header."""
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     async with serve_callgate(tmp_path / "pod") as pod:
         (pod.workspace / "a.txt").write_text("one\n")
@@ -90,22 +90,12 @@ async def test_the_web_console_shows_agent_text_inert(tmp_path: Path) -> None:
         await run(stub, session, "ReadFile", {"path": "a.txt"})  # a diff needs a full read
         edit: dict[str, object] = {"path": "a.txt", "content": "one\n++ b/evil\n"}
         write = await prepare(stub, session, "WriteFile", edit, evaluate=True)
-        async with console(("pod", pod)) as url, async_playwright() as pw:
-            browser = await pw.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                page = await browser.new_page()
-                await page.goto(url)
-                await page.get_by_test_id("token").fill(pod.tokens["approver"])
-                await page.get_by_test_id("login").click()
-                card = page.locator(f'[data-execution-id="{command.execution_id}"]')
-                await expect(card.get_by_test_id("escape-warning")).to_be_visible(timeout=10_000)
-                text = await card.inner_text()
-                assert RLO not in text
-                assert "\\u202e" in text
-                written = page.locator(f'[data-execution-id="{write.execution_id}"]')
-                spoof = written.get_by_test_id("preview").locator("span", has_text="+++ b/evil")
-                await expect(spoof).to_have_class("add")
-            finally:
-                await browser.close()
+        async with console(("pod", pod)) as url, approver_page(url, pod.tokens["approver"]) as page:
+            card = page.locator(f'[data-execution-id="{command.execution_id}"]')
+            await expect(card.get_by_test_id("escape-warning")).to_be_visible(timeout=10_000)
+            text = await card.inner_text()
+            assert RLO not in text
+            assert "\\u202e" in text
+            written = page.locator(f'[data-execution-id="{write.execution_id}"]')
+            spoof = written.get_by_test_id("preview").locator("span", has_text="+++ b/evil")
+            await expect(spoof).to_have_class("add")
