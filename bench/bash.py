@@ -49,8 +49,8 @@ from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.program_masks import ProgramMasks
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.sandbox.seccomp import SeccompProgram, build_program
-from callgate.server.tools.command_output import run_foreground
-from callgate.server.tools.command_spec import SAFE_PATH, CommandSettings, command_env
+from callgate.server.tools.bash.command_output import run_foreground
+from callgate.server.tools.bash.command_spec import SAFE_PATH, CommandSettings, command_env
 
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
 STREAM_COMMAND: Final = "head -c 200M /dev/zero"

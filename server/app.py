@@ -53,7 +53,6 @@ from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.server.storage.rules_store import SqliteRuleStore
-from callgate.server.tools.background import SupervisedBash
 from callgate.server.tools.catalog import (
     ask_tools,
     command_tools,
@@ -63,14 +62,15 @@ from callgate.server.tools.catalog import (
     skill_tools,
     task_tools,
 )
-from callgate.server.tools.command_spec import CommandSettings
-from callgate.server.tools.output_log import SpoolBudget
-from callgate.server.tools.processes import ProcessServices
 from callgate.server.tools.registry import ToolRegistry
-from callgate.server.tools.supervisor import SUPERVISOR, SupervisorSettings
 from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
 
 from .sandbox import proctree
+from .tools.bash.background import SupervisedBash
+from .tools.bash.command_spec import CommandSettings
+from .tools.processes.output_log import SpoolBudget
+from .tools.processes.process_tools import ProcessServices
+from .tools.processes.supervisor import SUPERVISOR, SupervisorSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from callgate.server.core.gate import AccessDefaults
 from callgate.server.core.principals import Role
 from callgate.server.core.rules import Effect, RulePatternError, normalize_pattern
-from callgate.server.tools.command_spec import FIXED_ENV_NAMES
+
+from .sandbox.runner import FIXED_ENV_NAMES
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 

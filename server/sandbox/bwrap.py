@@ -64,8 +64,7 @@ import anyio.to_thread
 from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import is_within
 
-from ..tools import fsaccess
-from . import proctree
+from . import fsaccess, proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
 from .limits import CommandLimiter, Placement, placed
 from .pipes import PipeReceiveStream, PipeSendStream

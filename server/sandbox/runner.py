@@ -11,6 +11,24 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from callgate.server.core.models import SandboxMode
 
+# Set for every command; config passthrough cannot replace them.
+FIXED_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "TERM",
+        "PAGER",
+        "GIT_PAGER",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_KEY_0",
+        "GIT_CONFIG_VALUE_0",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class CommandSpec:

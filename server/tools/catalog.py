@@ -8,13 +8,13 @@ from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.seccomp import SeccompProgram
 
 from .ask import AskUser
-from .bash import BackgroundStarter, Bash
-from .command_spec import CommandSettings
+from .bash.bash_tool import BackgroundStarter, Bash
+from .bash.command_spec import CommandSettings
 from .fetch import Fetch
-from .files import EditFile, ReadFile, WriteFile
-from .glob_tool import Glob
-from .grep_tool import Grep
-from .processes import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
+from .files.file_tools import EditFile, ReadFile, WriteFile
+from .processes.process_tools import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
+from .search.glob_tool import Glob
+from .search.grep_tool import Grep
 from .skill import Skill
 from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 

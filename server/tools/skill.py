@@ -37,8 +37,8 @@ from callgate.server.core.paths import Workspace
 from callgate.server.core.preview import bounded
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
-from . import fsaccess
-from .fsaccess import PathChanged
+from ..sandbox import fsaccess
+from ..sandbox.fsaccess import PathChanged
 
 SKILL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 SKILL_FILE = "SKILL.md"

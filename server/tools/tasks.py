@@ -33,7 +33,8 @@ from callgate.server.core.taskgraph import (
     TaskStatus,
 )
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-from callgate.server.tools.files import display
+
+from .common import display
 
 _SUMMARY_CHARS = 60
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from callgate.server.commands.matching import command_allowed, parse_family
 from callgate.server.commands.programs import TABLE, Effect, Operands, Option, Program, Style, Takes
-from callgate.server.tools.command_spec import CommandSettings, command_env
+from callgate.server.tools.bash.command_spec import CommandSettings, command_env
 
 # ---------------------------------------------------------------- the fixture workspace
 

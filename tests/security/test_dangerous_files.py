@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from callgate.server.tools.files import HUMAN_ONLY_WHY
+from callgate.server.tools.files.file_tools import HUMAN_ONLY_WHY
 from callgate.v1 import approval_service_pb2 as apb
 from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb

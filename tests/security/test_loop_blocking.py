@@ -30,8 +30,8 @@ from callgate.client import CallgateClient, State
 from callgate.server.commands.matching import Family, command_allowed, command_denied
 from callgate.server.commands.shell_parse import parse_command
 from callgate.server.core.preview import diff_preview as preview_diff
-from callgate.server.tools.files import diff_preview as files_diff
-from callgate.server.tools.search_patterns import compile_grep_regex
+from callgate.server.tools.files.file_tools import diff_preview as files_diff
+from callgate.server.tools.search.patterns import compile_grep_regex
 
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 GRACE_SECONDS = 1.0

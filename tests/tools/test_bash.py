@@ -20,11 +20,11 @@ from callgate.server.core.tool import LoopState, ToolContext, ToolLimits
 from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
-from callgate.server.tools.bash import Bash
-from callgate.server.tools.bash_artifact import BashArtifact
-from callgate.server.tools.command_output import OutputCapture
-from callgate.server.tools.command_spec import CommandSettings
-from callgate.server.tools.shell_escapes import supervision_escape
+from callgate.server.tools.bash.artifact import BashArtifact
+from callgate.server.tools.bash.bash_tool import Bash
+from callgate.server.tools.bash.command_output import OutputCapture
+from callgate.server.tools.bash.command_spec import CommandSettings
+from callgate.server.tools.bash.shell_escapes import supervision_escape
 from tests.support.sandbox import (
     bwrap_only,
     bwrap_path,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from callgate.server.tools.catalog import file_tools
-from callgate.server.tools.grep_tool import Grep
 from callgate.server.tools.registry import ToolRegistry
+from callgate.server.tools.search.grep_tool import Grep
 
 
 def test_file_tools_are_the_five_file_tools_and_register() -> None:

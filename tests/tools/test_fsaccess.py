@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from callgate.server.tools import fsaccess
-from callgate.server.tools.fsaccess import PathChanged
+from callgate.server.sandbox import fsaccess
+from callgate.server.sandbox.fsaccess import PathChanged
 
 
 def test_open_beneath_reads_a_canonical_file(workspace: Path) -> None:

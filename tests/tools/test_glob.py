@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from callgate.server.core.tool import ToolContext, ToolLimits
-from callgate.server.tools.glob_tool import Glob
+from callgate.server.tools.search.glob_tool import Glob
 from tests.tools.drive import execute, invalid_field, make_context
 
 pytestmark = pytest.mark.anyio

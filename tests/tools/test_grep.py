@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import ToolContext, ToolLimits
-from callgate.server.tools.grep_tool import Grep, GrepArtifact
-from callgate.server.tools.search_patterns import compile_grep_regex
+from callgate.server.tools.search.grep_artifact import GrepArtifact
+from callgate.server.tools.search.grep_tool import Grep
+from callgate.server.tools.search.patterns import compile_grep_regex
 from tests.support.sandbox import bwrap_path
 from tests.tools.conftest import RG_PATH
 from tests.tools.drive import execute, invalid_field, make_context

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.server.tools.output_log import CursorAhead, OutputLog
+from callgate.server.tools.processes.output_log import CursorAhead, OutputLog
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from callgate.server.core.errors import InvalidArgument
 from callgate.server.core.tool import Prepared, ToolContext, ToolPlugin
-from callgate.server.tools.files import EditFile, ReadFile, WriteFile
-from callgate.server.tools.glob_tool import Glob
-from callgate.server.tools.grep_tool import Grep
+from callgate.server.tools.files.file_tools import EditFile, ReadFile, WriteFile
+from callgate.server.tools.search.glob_tool import Glob
+from callgate.server.tools.search.grep_tool import Grep
 from tests.tools.drive import execute, invalid_field, make_context, tree_snapshot
 
 pytestmark = pytest.mark.anyio

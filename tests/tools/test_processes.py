@@ -29,14 +29,13 @@ from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.runner import CommandRunner, CommandSpec, RunningCommand
 from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.tools.catalog import process_tools
-from callgate.server.tools.processes import (
+from callgate.server.tools.processes.process_tools import (
     ProcessInput,
     ProcessOutput,
     ProcessServices,
     ProcessStop,
 )
-from callgate.server.tools.registry import ToolRegistry
-from callgate.server.tools.supervisor import (
+from callgate.server.tools.processes.supervisor import (
     ProcessLimitReached,
     ProcessReason,
     ProcessSupervisor,
@@ -44,6 +43,7 @@ from callgate.server.tools.supervisor import (
     SupervisorClosed,
     SupervisorSettings,
 )
+from callgate.server.tools.registry import ToolRegistry
 from tests.tools.drive import execute, invalid_field
 
 pytestmark = pytest.mark.anyio

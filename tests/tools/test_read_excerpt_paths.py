@@ -8,7 +8,7 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.server.tools.files import read_excerpt
+from callgate.server.tools.files.file_tools import read_excerpt
 
 _lines = st.lists(
     st.sampled_from([b"", b"a", b"bb\r", b"\xff\xfe", b"text with spaces", b"x" * 40]),

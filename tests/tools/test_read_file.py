@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from callgate.server.core.tool import ToolContext, ToolLimits
-from callgate.server.tools.files import ReadFile
+from callgate.server.tools.files.file_tools import ReadFile
 from tests.tools.drive import execute, invalid_field, make_context
 
 pytestmark = pytest.mark.anyio

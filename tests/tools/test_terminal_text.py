@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from callgate.server.tools.terminal_text import safe_text, unfinished_tail
+from callgate.server.tools.processes.terminal_text import safe_text, unfinished_tail
 
 
 def test_colours_titles_and_cursor_moves_are_removed() -> None:

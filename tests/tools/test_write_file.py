@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from callgate.server.core.tool import LoopState, ToolContext, ToolLimits
-from callgate.server.tools.files import ReadFile, WriteFile
+from callgate.server.tools.files.file_tools import ReadFile, WriteFile
 from tests.tools.drive import execute, invalid_field, make_context
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ import re
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from ..commands import WordKind, parse_command
+from ...commands import WordKind, parse_command
 
 _ESCAPE_WORDS = frozenset({"nohup", "setsid", "disown", "coproc", "bg"})
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh"})

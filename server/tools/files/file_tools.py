@@ -21,72 +21,29 @@ from typing import Annotated, ClassVar
 import anyio.to_thread
 from pydantic import Field
 
-from callgate.server.core.errors import InvalidArgument, arguments_invalid
-from callgate.server.core.models import (
-    Preview,
-    Requirement,
-    RequirementKind,
-    RuleCandidate,
-    ToolResult,
+from ...core.errors import arguments_invalid
+from ...core.models import Preview, Requirement, RequirementKind, RuleCandidate, ToolResult
+from ...core.preview import changed_window, content_preview, matched_hunks
+from ...core.preview import diff_preview as preview_diff
+from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ...sandbox import fsaccess
+from ...sandbox.fsaccess import PathChanged
+from ..common import (
+    INLINE_READ_BYTES,
+    changed_result,
+    display,
+    os_failure,
+    resolution_changed,
+    sha256_hex,
 )
-from callgate.server.core.preview import changed_window, content_preview, matched_hunks
-from callgate.server.core.preview import diff_preview as preview_diff
-from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ..workspace_scan import link_guard
 
-from . import fsaccess
-from .fsaccess import PathChanged
-from .workspace_scan import link_guard
-
-# Reading this much or less is cheaper inline than a hand-off to a worker thread.
-INLINE_READ_BYTES = 256 << 10
 # The diff preview of an edit: hunk context, and how much of the diff is shown.
 DIFF_CONTEXT_LINES = 2
 DIFF_MAX_LINES = 60
 DIFF_MAX_BYTES = 8 << 10
 DIFF_MAX_WINDOW_LINES = 2000
 DIFF_MAX_LINE_CHARS = 300
-
-
-def display(text: str) -> str:
-    """`text` made safe for a one-line summary or result: control characters escaped."""
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def resolution_changed(ctx: ToolContext, raw: str, canonical: str) -> ToolResult | None:
-    """Re-resolve the path the agent wrote; an error result when it no longer leads to the
-    canonical path that was approved (a symlink swapped in since Prepare, say)."""
-    try:
-        now = ctx.workspace.resolve(raw, "path")
-    except InvalidArgument:
-        now = None
-    if now == canonical:
-        return None
-    return changed_result(ctx, canonical)
-
-
-def changed_result(ctx: ToolContext, canonical: str) -> ToolResult:
-    rel = display(ctx.workspace.relative(canonical))
-    return ToolResult.error(
-        "resolution_changed",
-        f"{rel} no longer resolves to the path that was approved; nothing was done, "
-        "prepare the call again.",
-    )
-
-
-def os_failure(exc: OSError, rel: str, action: str) -> ToolResult:
-    """A tool-level error for an OS failure, without host paths (strerror has none)."""
-    if isinstance(exc, PermissionError):
-        return ToolResult.error(
-            "permission_denied", f"The server is not permitted to {action} {display(rel)}."
-        )
-    reason = exc.strerror or "input/output error"
-    return ToolResult.error("io_error", f"Could not {action} {display(rel)}: {reason}.")
 
 
 def _file_requirement(kind: RequirementKind, verb: str, canonical: str) -> Requirement:

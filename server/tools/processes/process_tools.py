@@ -20,12 +20,11 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from callgate.server.core.errors import arguments_invalid
-from callgate.server.core.journal import Journal
-from callgate.server.core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
-from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-
-from .files import display
+from ...core.errors import arguments_invalid
+from ...core.journal import Journal
+from ...core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
+from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ..common import display
 from .output_log import CursorAhead, OutputChunk
 from .supervisor import (
     SUPERVISOR,

@@ -6,10 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from ..core.models import (
-    TREE_PREFIX,
-)
-from ..core.tool import Arguments, Artifact
+from ...core.models import TREE_PREFIX
+from ...core.tool import Arguments, Artifact
 
 MAX_DECLARATIONS = 32
 MAX_BACKGROUND_TIMEOUT_SECONDS = 86_400.0

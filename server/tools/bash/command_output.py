@@ -6,13 +6,9 @@ from __future__ import annotations
 import anyio
 from anyio import ClosedResourceError, EndOfStream
 
-from ..core.models import (
-    ToolResult,
-)
-from ..core.tool import OutputSink
-from ..sandbox.runner import (
-    RunningCommand,
-)
+from ...core.models import ToolResult
+from ...core.tool import OutputSink
+from ...sandbox.runner import RunningCommand
 
 OUTPUT_HEAD_BYTES = 16 << 10
 OUTPUT_TAIL_BYTES = 16 << 10

@@ -28,11 +28,10 @@ from pathlib import Path
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from callgate.server.core.errors import ResourceExhausted
-from callgate.server.core.journal import Journal, NullJournal
-from callgate.server.core.resources import ResourceKey, SessionResources
-from callgate.server.sandbox.runner import RunningCommand
-
+from ...core.errors import ResourceExhausted
+from ...core.journal import Journal, NullJournal
+from ...core.resources import ResourceKey, SessionResources
+from ...sandbox.runner import RunningCommand
 from .output_log import OutputLog, SpoolBudget
 
 log = logging.getLogger(__name__)

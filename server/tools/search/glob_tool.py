@@ -13,22 +13,15 @@ import anyio.abc
 import anyio.to_thread
 from pydantic import Field
 
-from ..core.errors import arguments_invalid
-from ..core.models import (
-    RequirementKind,
-    RuleCandidate,
-    ToolResult,
-)
-from ..core.paths import real_path
-from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-from . import fsaccess
-from .files import display, resolution_changed
-from .fsaccess import PathChanged
-from .search_patterns import (
-    compile_path_globs,
-    expand_glob,
-)
-from .search_walk import (
+from ...core.errors import arguments_invalid
+from ...core.models import RequirementKind, RuleCandidate, ToolResult
+from ...core.paths import real_path
+from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ...sandbox import fsaccess
+from ...sandbox.fsaccess import PathChanged
+from ..common import display, resolution_changed
+from .patterns import compile_path_globs, expand_glob
+from .walk import (
     NOISE_NAMES,
     SearchTimedOut,
     gone,

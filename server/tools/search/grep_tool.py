@@ -6,62 +6,22 @@ import functools
 import os
 import time
 from dataclasses import replace
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
 import anyio.to_thread
-from pydantic import Field
 
-from ..core.errors import arguments_invalid
-from ..core.models import (
-    Requirement,
-    RequirementKind,
-    RuleCandidate,
-    ToolResult,
-)
-from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-from ..sandbox.seccomp import SeccompProgram
-from ..sandbox.tree_scan import ScanOverBudget
-from .files import changed_result, display, resolution_changed
+from ...core.errors import arguments_invalid
+from ...core.models import Requirement, RequirementKind, RuleCandidate, ToolResult
+from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ...sandbox.seccomp import SeccompProgram
+from ...sandbox.tree_scan import ScanOverBudget
+from ..common import changed_result, display, resolution_changed
+from ..workspace_scan import link_guard, session_scanner
+from .grep_artifact import GrepArguments, GrepArtifact
 from .grep_engines import GrepPlan, RipgrepConfinement, search_in_python, search_with_ripgrep
 from .grep_scan import GrepOutput, grep_result
-from .search_patterns import MAX_PATTERN_CHARS, GrepGlob, PatternUnsupported, compile_grep_regex
-from .search_walk import SearchTimedOut, gone, kind_now, short_pattern, tree_requirement
-from .workspace_scan import link_guard, session_scanner
-
-
-class GrepArguments(Arguments):
-    pattern: str = Field(
-        min_length=1,
-        max_length=MAX_PATTERN_CHARS,
-        description="Regular expression matched against each line (common Rust/Python subset).",
-    )
-    path: str | None = Field(
-        default=None,
-        description="Directory or file to search, relative to the workspace root.",
-    )
-    glob: str | None = Field(
-        default=None,
-        description="Only files matching this glob: a name glob such as *.py or *.{ts,tsx}, "
-        "or a path glob relative to path such as src/**/*.py.",
-    )
-    ignore_case: bool = Field(default=False, description="Match case-insensitively.")
-    context_lines: Annotated[int, Field(ge=0, le=10)] = Field(
-        default=0, description="Lines of context shown before and after each match."
-    )
-    max_matches: Annotated[int, Field(ge=1, le=200)] = Field(
-        default=200, description="Stop after this many matching lines."
-    )
-
-
-class GrepArtifact(Artifact):
-    path: str | None
-    canonical: str
-    is_directory: bool
-    pattern: str
-    glob: str | None
-    ignore_case: bool
-    context_lines: int
-    max_matches: int
+from .patterns import GrepGlob, PatternUnsupported, compile_grep_regex
+from .walk import SearchTimedOut, gone, kind_now, short_pattern, tree_requirement
 
 
 class Grep(Tool[GrepArguments, GrepArtifact]):

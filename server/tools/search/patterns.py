@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import re2  # type: ignore[import-untyped]
 
-from ..core.errors import arguments_invalid
+from ...core.errors import arguments_invalid
 
 MAX_PATTERN_CHARS = 1000
 MAX_GLOB_ALTERNATIVES = 64

@@ -8,11 +8,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..core.models import (
-    ToolResult,
-)
-from .files import display
-from .search_walk import SearchTimedOut, check_deadline
+from ...core.models import ToolResult
+from ..common import display
+from .walk import SearchTimedOut, check_deadline
 
 MAX_LINE_CHARS = 1000
 

@@ -12,44 +12,22 @@ from dataclasses import dataclass, field
 
 import anyio.to_thread
 
-from ..core.errors import InvalidArgument
-from ..core.models import (
-    TREE_PREFIX,
-    ToolResult,
-)
-from ..core.paths import is_within, real_path
-from ..core.tool import ToolContext
-from ..sandbox.program_masks import ProgramMasks
-from ..sandbox.runner import (
-    CommandSpec,
-)
-from ..sandbox.tree_scan import ScanOverBudget, TreeExposure, TreeScanner
-from . import fsaccess
-from .bash_artifact import BashArtifact, PathDeclaration
+from ...core.errors import InvalidArgument
+from ...core.models import TREE_PREFIX, ToolResult
+from ...core.paths import is_within, real_path
+from ...core.tool import ToolContext
+from ...sandbox import fsaccess
+from ...sandbox.program_masks import ProgramMasks
+from ...sandbox.runner import CommandSpec
+from ...sandbox.tree_scan import ScanOverBudget, TreeExposure, TreeScanner
+from ..common import display
+from ..workspace_scan import session_scanner
+from .artifact import BashArtifact, PathDeclaration
 from .command_output import KILL_GRACE_SECONDS
-from .files import display
-from .workspace_scan import session_scanner
 
 # A declaration is named in an error by what the agent wrote, cut to this many characters.
 SHOWN_DECLARATION_CHARS = 160
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Set for every command; config passthrough cannot replace them.
-FIXED_ENV_NAMES = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "TMPDIR",
-        "LANG",
-        "TERM",
-        "PAGER",
-        "GIT_PAGER",
-        "GIT_TERMINAL_PROMPT",
-        "GIT_CONFIG_GLOBAL",
-        "GIT_CONFIG_COUNT",
-        "GIT_CONFIG_KEY_0",
-        "GIT_CONFIG_VALUE_0",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,41 +14,30 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from ..core.models import (
-    ToolResult,
-)
-from ..core.paths import ProtectedPaths
-from ..core.tool import ToolContext
-from ..sandbox.helper_view import helper_argv
-from ..sandbox.seccomp import SeccompProgram
-from ..sandbox.tree_scan import LinkGuard
-from . import fsaccess
-from .files import INLINE_READ_BYTES
-from .fsaccess import PathChanged
+from ...core.models import ToolResult
+from ...core.paths import ProtectedPaths
+from ...core.tool import ToolContext
+from ...sandbox import fsaccess
+from ...sandbox.fsaccess import PathChanged
+from ...sandbox.helper_view import helper_argv
+from ...sandbox.seccomp import SeccompProgram
+from ...sandbox.tree_scan import LinkGuard
+from ..common import INLINE_READ_BYTES
+from .grep_artifact import GrepArtifact
 from .grep_scan import GrepOutput, scan_file
-from .search_patterns import (
+from .patterns import (
     GrepGlob,
     LineMatcher,
     PatternUnsupported,
     compile_grep_regex,
     grep_ripgrep_regex,
 )
-from .search_walk import (
-    NOISE_NAMES,
-    SearchTimedOut,
-    check_deadline,
-    join_path,
-    walk_entries,
-)
-
-if TYPE_CHECKING:
-    from .grep_tool import GrepArtifact
+from .walk import NOISE_NAMES, SearchTimedOut, check_deadline, join_path, walk_entries
 
 log = logging.getLogger(__name__)
 

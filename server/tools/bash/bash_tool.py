@@ -43,15 +43,15 @@ import os
 import re
 from typing import ClassVar, Protocol
 
-from ..commands import (
+from ...commands import (
     command_warnings,
     family_words,
     is_family_pattern,
     normalize_command,
     rule_candidates,
 )
-from ..core.errors import arguments_invalid
-from ..core.models import (
+from ...core.errors import arguments_invalid
+from ...core.models import (
     TREE_PREFIX,
     Preview,
     Requirement,
@@ -60,18 +60,15 @@ from ..core.models import (
     SandboxMode,
     ToolResult,
 )
-from ..core.paths import is_magic, lexical_path, real_path
-from ..core.preview import bounded
-from ..core.rules import is_network_target
-from ..core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
-from ..sandbox.runner import (
-    CommandRunner,
-    CommandStartError,
-)
-from .bash_artifact import AccessArguments, BashArguments, BashArtifact, PathDeclaration
+from ...core.paths import is_magic, lexical_path, real_path
+from ...core.preview import bounded
+from ...core.rules import is_network_target
+from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ...sandbox.runner import CommandRunner, CommandStartError
+from ..common import display
+from .artifact import AccessArguments, BashArguments, BashArtifact, PathDeclaration
 from .command_output import run_foreground
 from .command_spec import CommandRefused, CommandSettings, command_spec
-from .files import display
 from .shell_escapes import supervision_escape, uses_setsid
 
 MAX_COMMAND_BYTES = 64 << 10

@@ -8,16 +8,11 @@ import time
 from collections.abc import Generator, Iterator
 from operator import attrgetter
 
-from ..core.models import (
-    TREE_PREFIX,
-    Requirement,
-    RequirementKind,
-    ToolResult,
-)
-from ..core.paths import ProtectedPaths
-from . import fsaccess
-from .files import display
-from .fsaccess import PathChanged
+from ...core.models import TREE_PREFIX, Requirement, RequirementKind, ToolResult
+from ...core.paths import ProtectedPaths
+from ...sandbox import fsaccess
+from ...sandbox.fsaccess import PathChanged
+from ..common import display
 
 NOISE_NAMES: frozenset[str] = frozenset(
     {

@@ -18,7 +18,7 @@ import os
 import secrets
 import stat
 
-from callgate.server.core.paths import is_within
+from ..core.paths import is_within
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK so that opening a FIFO to find out what it is never blocks.

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import anyio
 
-from callgate.server.core.models import ToolResult
-from callgate.server.core.tool import ToolContext
-from callgate.server.sandbox.runner import CommandRunner, CommandStartError
-
-from .bash_artifact import BashArtifact
-from .command_spec import CommandRefused, CommandSettings, command_spec
-from .processes import (
+from ...core.models import ToolResult
+from ...core.tool import ToolContext
+from ...sandbox.runner import CommandRunner, CommandStartError
+from ..processes.process_tools import (
     ProcessServices,
     describe,
     error_result,
@@ -20,7 +17,9 @@ from .processes import (
     process_limit,
     read_output,
 )
-from .supervisor import ProcessLimitReached, StopMode, SupervisorClosed, WaitMode
+from ..processes.supervisor import ProcessLimitReached, StopMode, SupervisorClosed, WaitMode
+from .artifact import BashArtifact
+from .command_spec import CommandRefused, CommandSettings, command_spec
 
 # The result of a start shows up to this much output, waiting at most this long for any.
 FIRST_OUTPUT_BYTES = 4 << 10

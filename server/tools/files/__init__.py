@@ -1,0 +1,1 @@
+"""The file tools: ReadFile, WriteFile and EditFile (`file_tools`)."""
