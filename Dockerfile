@@ -10,6 +10,7 @@ COPY pyproject.toml README.md ./
 COPY src/ src/
 COPY server/ server/
 COPY client/ client/
+COPY cli/ cli/
 COPY proto/ proto/
 
 RUN pip wheel --no-cache-dir --no-deps -w /wheels . \

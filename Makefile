@@ -70,11 +70,11 @@ buf-lint: $(BUF)
 	$(BUF) format -d --exit-code
 
 lint: install
-	$(VENV)/bin/ruff check server client tests bench examples
-	$(VENV)/bin/ruff format --check server client tests bench examples
+	$(VENV)/bin/ruff check server client cli tests bench examples
+	$(VENV)/bin/ruff format --check server client cli tests bench examples
 
 typecheck: install
-	$(VENV)/bin/mypy -p callgate.server -p callgate.client
+	$(VENV)/bin/mypy -p callgate.server -p callgate.client -p callgate.cli
 	$(VENV)/bin/mypy tests bench examples/agent_loop.py
 
 check: lint typecheck buf-lint proto-check test

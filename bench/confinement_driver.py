@@ -78,7 +78,7 @@ def write_config(side: Path, workspace: Workspace, socket: Path) -> Path:
 
 @asynccontextmanager
 async def callgate_server(side: Path, workspace: Workspace) -> AsyncIterator[tuple[str, str]]:
-    """`python -m callgate.server.cli serve` of whichever tree is on PYTHONPATH; yields
+    """`python -m callgate.cli.main serve` of whichever tree is on PYTHONPATH; yields
     (target, agent token)."""
     socket = side / "cg.sock"
     config = write_config(side, workspace, socket)
@@ -87,7 +87,7 @@ async def callgate_server(side: Path, workspace: Workspace) -> AsyncIterator[tup
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "callgate.server.cli",
+            "callgate.cli.main",
             "serve",
             "--config",
             str(config),

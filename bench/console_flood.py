@@ -27,10 +27,10 @@ from typing import Final
 import anyio
 import httpx
 
+from callgate.cli.web_console import Target, bind
+from callgate.cli.web_console import serve as serve_console
+from callgate.cli.web_console.fleet import PREVIEWS_KEPT
 from callgate.client import CallgateClient, ClientSession, State
-from callgate.client.web_console import Target, bind
-from callgate.client.web_console import serve as serve_console
-from callgate.client.web_console.fleet import PREVIEWS_KEPT
 from callgate.server.app import App
 from callgate.server.config import load_config
 

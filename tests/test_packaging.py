@@ -1,4 +1,4 @@
-"""The distribution installs callgate.server, callgate.client and callgate.v1, and nothing bare."""
+"""The distribution installs callgate.server, .client, .cli and .v1, and nothing bare."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_contains_only_the_callgate_namespace(tmp_path: Path) -> None:
-    """A built wheel holds callgate/{server,client,v1} and no top-level server/ or client/."""
+    """A built wheel holds callgate/{server,client,cli,v1} and no bare server/, client/, cli/."""
     subprocess.run(
         [
             sys.executable,
@@ -35,16 +35,15 @@ def test_wheel_contains_only_the_callgate_namespace(tmp_path: Path) -> None:
     for module in (
         "callgate/server/app.py",
         "callgate/client/__init__.py",
+        "callgate/cli/main.py",
         "callgate/v1/tool_service_pb2.py",
         "callgate/v1/tool_service_pb2.pyi",
         # The web console serves its page from the package: nothing from elsewhere.
-        "callgate/client/web_console/static/console.html",
-        "callgate/client/web_console/static/console.js",
-        "callgate/client/web_console/static/console.css",
-        "callgate/client/web_console/static/login.html",
+        "callgate/cli/web_console/static/console.html",
+        "callgate/cli/web_console/static/console.js",
+        "callgate/cli/web_console/static/console.css",
+        "callgate/cli/web_console/static/login.html",
     ):
         assert module in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert (
-        "callgate = callgate.server.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
-    )
+    assert "callgate = callgate.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -12,7 +12,7 @@ what they saw. Every preview is
   as `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`. A literal backslash is left as it is; a preview
   that escaped anything starts with a line saying how many characters it escaped, so
   without that line every backslash shown is one the text really holds (the house rule of
-  the terminal approver, `client/display.py`);
+  the terminal approver, `cli/display.py`);
 - **cheap**: linear in the content (a diff of a large change is one hunk, not a search).
 
 Kinds: "diff" (unified diff against the current file), "content" (a new file's content),

@@ -12,6 +12,8 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from google.protobuf import message
 
+from callgate.cli.console import ApproverConsole
+from callgate.cli.display import ONCE_ONLY_PROMPT
 from callgate.client import (
     ApproveOnceOnlyError,
     CallgateClient,
@@ -23,8 +25,6 @@ from callgate.client import (
     RuleReadOnlyError,
     State,
 )
-from callgate.client.console import ApproverConsole
-from callgate.client.display import ONCE_ONLY_PROMPT
 from callgate.v1 import approval_service_pb2, approval_service_pb2_grpc, tool_call_pb2
 from tests.client.scripted_server import TIME, call_message, rich_status
 

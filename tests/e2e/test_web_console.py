@@ -16,8 +16,8 @@ import anyio
 import httpx
 import pytest
 
-from callgate.client.web_console import Target, bind
-from callgate.client.web_console import serve as serve_console
+from callgate.cli.web_console import Target, bind
+from callgate.cli.web_console import serve as serve_console
 from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb
 from tests.support.calls import invoke, open_session, prepare, run
@@ -423,7 +423,7 @@ async def test_the_console_holds_a_flood_of_pending_calls(tmp_path: Path) -> Non
     (deciding waits for it); a decision on such a card works."""
     from playwright.async_api import expect
 
-    from callgate.client.web_console.fleet import PREVIEWS_KEPT
+    from callgate.cli.web_console.fleet import PREVIEWS_KEPT
 
     async with serve_callgate(tmp_path / "pod") as pod:
         stub = pod.stub()
@@ -483,7 +483,7 @@ async def test_approve_all_waits_for_every_members_fetched_preview(tmp_path: Pat
     and "approve all" stays disabled after the box has settled (deny stays possible)."""
     from playwright.async_api import expect
 
-    from callgate.client.web_console.fleet import PREVIEWS_KEPT
+    from callgate.cli.web_console.fleet import PREVIEWS_KEPT
 
     async with serve_callgate(tmp_path / "pod") as pod:
         stub = pod.stub()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from callgate.cli.display import diff_classes, render_approval
 from callgate.client import CallgateClient
-from callgate.client.display import diff_classes, render_approval
 from callgate.client.models import PendingApproval
 from callgate.v1 import tool_call_pb2 as cpb
 from tests.e2e.test_web_console import approver_page, console, serve_callgate

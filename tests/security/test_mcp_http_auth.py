@@ -13,7 +13,7 @@ import httpx
 import mcp_types as types
 import pytest
 
-from callgate.client.mcp_bridge import is_loopback, parse_http_address
+from callgate.cli.mcp_bridge import is_loopback, parse_http_address
 from callgate.v1 import approval_service_pb2 as apb
 from tests.support.approvals import approver
 from tests.support.mcp_http import (

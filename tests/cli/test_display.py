@@ -10,6 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from callgate.cli.console import wants_colour
+from callgate.cli.display import (
+    count_hidden,
+    render_approval,
+    render_question,
+    render_rules,
+    visible,
+)
 from callgate.client import (
     PendingApproval,
     PendingQuestion,
@@ -18,15 +26,7 @@ from callgate.client import (
     RuleCandidate,
     State,
 )
-from callgate.client.console import wants_colour
 from callgate.client.conversion import approval_item_from_proto, rule_from_proto
-from callgate.client.display import (
-    count_hidden,
-    render_approval,
-    render_question,
-    render_rules,
-    visible,
-)
 from callgate.v1 import approval_service_pb2, tool_call_pb2
 from tests.client.scripted_server import TIME, call_message
 

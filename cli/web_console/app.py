@@ -48,9 +48,10 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..connection import CallgateClient
-from ..errors import CallgateClientError, ServerUnavailableError
-from ..models import DecisionKind
+from callgate.client.connection import CallgateClient
+from callgate.client.errors import CallgateClientError, ServerUnavailableError
+from callgate.client.models import DecisionKind
+
 from .fleet import FleetView, Target
 
 COOKIE: Final = "callgate_console"

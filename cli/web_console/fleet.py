@@ -19,10 +19,10 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from pydantic import JsonValue
 
-from ..connection import CallgateClient
-from ..conversion import ApprovalItem
-from ..errors import AuthenticationError, CallgateClientError, PermissionDeniedError
-from ..models import PendingApproval, PendingQuestion, Resolved
+from callgate.client.connection import CallgateClient
+from callgate.client.conversion import ApprovalItem
+from callgate.client.errors import AuthenticationError, CallgateClientError, PermissionDeniedError
+from callgate.client.models import PendingApproval, PendingQuestion, Resolved
 
 log = logging.getLogger(__name__)
 

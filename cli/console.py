@@ -23,7 +23,10 @@ from anyio.abc import ObjectSendStream
 
 from callgate.client.approvals import Approvals
 from callgate.client.conversion import ApprovalItem
-from callgate.client.display import (
+from callgate.client.errors import CallgateClientError, CallStateError, NotFoundError
+from callgate.client.models import DecisionKind, PendingApproval, PendingQuestion, Resolved
+
+from .display import (
     DECISION_PROMPT,
     ONCE_ONLY_PROMPT,
     approve_once_only,
@@ -32,8 +35,6 @@ from callgate.client.display import (
     render_resolved,
     visible,
 )
-from callgate.client.errors import CallgateClientError, CallStateError, NotFoundError
-from callgate.client.models import DecisionKind, PendingApproval, PendingQuestion, Resolved
 
 __all__ = ["ApproverConsole", "read_lines"]
 

@@ -45,9 +45,10 @@ from callgate.client.errors import (
     InvalidArgumentsError,
     ToolNotFoundError,
 )
-from callgate.client.mcp_token import StaticTokenVerifier, check_http_token
 from callgate.client.models import ToolResult, ToolSpec
 from callgate.client.session import ClientSession
+
+from .mcp_token import StaticTokenVerifier, check_http_token
 
 __all__ = [
     "DEFAULT_APPROVAL_TIMEOUT",

@@ -170,7 +170,8 @@ def _call(args: argparse.Namespace) -> int:
 
 def _client_error(exc: Exception) -> int:
     from callgate.client import CallgateClientError
-    from callgate.client.display import visible
+
+    from .display import visible
 
     assert isinstance(exc, CallgateClientError)
     label = exc.reason or (exc.code.name if exc.code is not None else "error")
@@ -180,7 +181,8 @@ def _client_error(exc: Exception) -> int:
 
 def _approvals(args: argparse.Namespace) -> int:
     from callgate.client import CallgateClient, CallgateClientError
-    from callgate.client.console import ApproverConsole, read_lines
+
+    from .console import ApproverConsole, read_lines
 
     target, token = _client_settings(args)
 
@@ -200,8 +202,9 @@ def _approvals(args: argparse.Namespace) -> int:
 
 def _mcp_http_token(args: argparse.Namespace, agent_token: str) -> str:
     """The HTTP token (checked), after saying where it is; the token itself is never printed."""
-    from callgate.client.mcp_token import MCP_TOKEN_FILE_NAME, check_http_token, resolve_http_token
     from callgate.server.credentials import token_dir
+
+    from .mcp_token import MCP_TOKEN_FILE_NAME, check_http_token, resolve_http_token
 
     http_token = resolve_http_token(
         Path(args.http_token_file) if args.http_token_file else None,
@@ -218,8 +221,8 @@ def _mcp_http_token(args: argparse.Namespace, agent_token: str) -> str:
 
 
 def _console(args: argparse.Namespace) -> int:
-    from callgate.client.mcp_bridge import is_loopback, parse_http_address
-    from callgate.client.web_console import Target, bind, parse_target, serve
+    from .mcp_bridge import is_loopback, parse_http_address
+    from .web_console import Target, bind, parse_target, serve
 
     try:
         targets = [parse_target(text) for text in args.targets] or [
@@ -256,12 +259,8 @@ def _console(args: argparse.Namespace) -> int:
 
 def _mcp(args: argparse.Namespace) -> int:
     from callgate.client import CallgateClientError
-    from callgate.client.mcp_bridge import (
-        is_loopback,
-        parse_http_address,
-        serve_http,
-        serve_stdio,
-    )
+
+    from .mcp_bridge import is_loopback, parse_http_address, serve_http, serve_stdio
 
     target, token = _client_settings(args)
     if args.approval_timeout < 0:
@@ -316,7 +315,8 @@ def _mcp(args: argparse.Namespace) -> int:
 
 def _rules(args: argparse.Namespace) -> int:
     from callgate.client import CallgateClient, CallgateClientError, RuleEffect
-    from callgate.client.display import render_rules, visible
+
+    from .display import render_rules, visible
 
     target, token = _client_settings(args)
 
@@ -369,7 +369,8 @@ def _count(text: str) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from callgate.client import AuditEvent, CallgateClient, CallgateClientError
-    from callgate.client.display import visible
+
+    from .display import visible
 
     target, token = _client_settings(args)
 
