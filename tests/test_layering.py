@@ -106,7 +106,7 @@ def layering_violations(
     """`module imports target` for each import outside the module's own layer and the layers
     it may use (a layer's prefix covers the layers nested in it, as `callgate.server` does for
     the composition root)."""
-    violations = []
+    violations: list[str] = []
     for module, targets in sorted(graph.items()):
         layer = layer_of(module, layers)
         if layer is None:
