@@ -2,7 +2,7 @@
 
 Each section starts its own `callgate serve` process (headless, on a Unix socket, sandbox
 `bwrap`, the default budgets unless a section says otherwise) and attacks it only with the
-agent token and calls its policy allows, as the adversarial review of issue 13 did:
+agent token and calls its policy allows, as an adversarial review did:
 
   memory   300 WriteFile calls of 1 MiB each, all denied by policy; then CloseSession; then
            the same flood again in a new session; then 8 sessions each preparing 1 MiB calls

@@ -12,12 +12,12 @@ Diagnostics, alternating with (s) again in a loop of their own: (r) the server's
 in this process (BwrapRunner.start and the foreground wait: start gate, cgroups, rlimits,
 seccomp, watchdog), (l) with the per-command lifeline (the fallback without cgroups), (f) with
 the seccomp filter (a fresh pipe holding the program, `--seccomp FD`).
-Confinement (issue 26), alternating once more with (s): (o) the read-only sandbox a read-only
+Confinement, alternating once more with (s): (o) the read-only sandbox a read-only
 family's command runs in (every bind read-only, TMPDIR a tmpfs, no network) and (m) today's
 sandbox with the deny masks of `Bash(rm:*)`, `Bash(curl:*)` and `Bash(python3:*)` (every file of
 those programs in PATH covered by /dev/null), plus what finding those files costs (the walk of
 the PATH directories, once, and the remembered answer, per command).
-Targets: (b) at most 2 ms above (s) at the median (issue 15); (t) at least 100 MB/s.
+Targets: (b) at most 2 ms above (s) at the median; (t) at least 100 MB/s.
 
 Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
 """

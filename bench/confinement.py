@@ -1,7 +1,7 @@
-"""What least authority (issue 11) costs Grep and Bash: the commit before it and the current
+"""What least authority costs Grep and Bash: the commit before it and the current
 tree, side by side, in one run.
 
-Since issue 11 every sandboxed Bash command first walks the whole workspace (`scan_tree`: secrets
+Since least authority every sandboxed Bash command walks the whole workspace (`scan_tree`: secrets
 at any depth, their hard links, files that run code), and Grep runs ripgrep only inside a
 bubblewrap view of the searched tree after one such walk. Before (BEFORE_COMMIT), masks came
 from a walk of 4 levels / 2,000 entries and ripgrep ran on the host.
@@ -15,7 +15,7 @@ files: a node_modules-like tree, a source tree, a .git with config and hooks, a 
 at depth):
   Grep  `Grep {"pattern": NEEDLE}` over the whole workspace (NEEDLE_FILES matching lines);
   Bash  `Bash {"command": "true"}`, sandboxed;
-  Read  `ReadFile` of a 4 KiB file with one link (the control: untouched by issue 11);
+  Read  `ReadFile` of a 4 KiB file with one link (the control: untouched by least authority);
 and the bare `scan_tree` of each workspace in the current tree's driver (after only), beside
 `rg --files --no-ignore --hidden` over it (spawn included) for the issue's "as fast as ripgrep's
 walker".
@@ -43,7 +43,7 @@ from typing import IO, Final
 BENCH_DIR: Final = Path(__file__).resolve().parent
 REPO: Final = BENCH_DIR.parent
 BEFORE_COMMIT: Final = "d5bec13"
-"""The last commit before issue 11's work."""
+"""The last commit before least authority (helpers confined, secrets masked)."""
 NEEDLE: Final = "CGBENCH_NEEDLE"  # confinement_driver.NEEDLE
 NEEDLE_FILES: Final = 3
 SMALL_FILES: Final = 1_000

@@ -1,4 +1,4 @@
-"""How the web console holds a flood of pending calls (issue 27, point 5).
+"""How the web console holds a flood of pending calls.
 
 A real callgate server (in this process, no sandbox, a temporary workspace) gets N gated
 WriteFile calls with 60 KB previews from 4 agent sessions; then the console is served for it

@@ -1,8 +1,8 @@
-"""What the program knowledge base (issue 12) costs the command rules: the commit before it and
+"""What the program knowledge base costs the command rules: the commit before it and
 the current tree, side by side, in one run.
 
 Every Bash Prepare asks the rules whether a deny family matches, whether allow families cover
-the command, and (when a human must decide) which candidates to offer. Since issue 12 each
+the command, and (when a human must decide) which candidates to offer. Since the program table each
 segment is also read with the program table. This measures those three calls in-process, on
 command texts never seen before (the parse cache cannot help: each sample changes a number),
 with the families an approver would typically have saved.

@@ -648,7 +648,7 @@ class App:
     async def _drain(
         self, server: grpc.aio.Server, health_servicer: health.aio.HealthServicer
     ) -> None:
-        """Graceful stop (idempotent; DESIGN section 7): refuse new work at once (UNAVAILABLE /
+        """Graceful stop (idempotent; design section 7): refuse new work at once (UNAVAILABLE /
         SHUTTING_DOWN), give running invocations the grace period, cancel the rest so that
         they answer CANCELLED, close every session (process trees confirmed gone), wait for
         the answers to go out, then commit the journal and close it."""

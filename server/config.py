@@ -142,7 +142,7 @@ class SkillsConfig(BaseModel):
 
 
 class ToolsConfig(BaseModel):
-    """Tool caps (DESIGN section 5 defaults)."""
+    """Tool caps (design section 5 defaults)."""
 
     model_config = _STRICT
 
@@ -163,7 +163,7 @@ class ToolsConfig(BaseModel):
 
 
 class ProcessesConfig(BaseModel):
-    """Supervised (background) processes: limits and output caps (DESIGN section 5)."""
+    """Supervised (background) processes: limits and output caps (design section 5)."""
 
     model_config = _STRICT
 

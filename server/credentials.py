@@ -1,4 +1,4 @@
-"""Principals from the config, or generated token files under <state_dir>/tokens/ (DESIGN 7).
+"""Principals from the config, or generated token files in <state_dir>/tokens/ (design section 7).
 
 The server keeps only SHA-256 digests of tokens; a plaintext token exists in its file (0600,
 written once for the CLI) and, from a `token_env` principal, in the server's environment,

@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN section 9): the `Telemetry` the lifecycle reports to, on a
+"""Prometheus metrics (design section 9): the `Telemetry` the lifecycle reports to, on a
 registry of its own, served as `/metrics` over HTTP when `metrics_listen` is set.
 
 Label values are bounded sets only: registered tool names, call states, decision outcomes,

@@ -1,5 +1,5 @@
 """The server's state directory (tokens, journal, rules, sockets, session files): outside every
-workspace root, owned by the server's user, mode 0700 with 0600 files (DESIGN section 7).
+workspace root, owned by the server's user, mode 0700 with 0600 files (design section 7).
 
 What an earlier run, another tool or an operator left there is fixed when it is ours (modes
 changed through a descriptor, never through a symlink) and refused when it is not: an entry

@@ -4,7 +4,7 @@ A command is parsed with tree-sitter-bash (never string prefixes or regexes) int
 per command, split at `&&`, `||`, `;`, `|`, `&`, newlines, subshells and `{ …; }` groups, plus
 the commands inside substitutions (`$(…)`, backticks, `<(…)`, `>(…)`) and inside literal command
 strings (`bash -c '…'`, `eval …`, `trap '…'`, `watch '…'`, `find -exec … ;`), which are marked
-nested. Allow under-matches and deny over-matches (DESIGN section 4.2):
+nested. Allow under-matches and deny over-matches (design section 4.2):
 
 - **Allow**: an exact rule equal to the normalized command; otherwise the parse must be fully
   understood and have at least one segment, and every segment (nested ones included) must be

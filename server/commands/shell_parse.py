@@ -67,7 +67,7 @@ MAX_NESTING = 4
 """How many command strings deep (`bash -c "sh -c '…'"`) a command is parsed."""
 _MAX_PARSES = 64
 # The syntax nodes read per command (all its nested strings together), and a cheap bound
-# checked before parsing: a command of more is not read (issue 13: ~50 ms of loop time at most).
+# checked before parsing: a command of more is not read (~50 ms of loop time at most).
 MAX_SYNTAX_NODES = 4000
 _OPERATOR_CHARACTERS = "|&;()<>`$"
 

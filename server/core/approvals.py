@@ -1,4 +1,4 @@
-"""The approver's operations (DESIGN 4.4): decide gated calls, answer AskUser questions, and
+"""The approver's operations (design section 4.4): decide gated calls, answer AskUser questions, and
 manage session and workspace rules. Requires the approver role on every method.
 
 A decision is checked and applied with no await in between, so when several approvers

@@ -1,4 +1,4 @@
-"""The approval board: what approvers watch (DESIGN 4.3 step 5, AskUser in section 5).
+"""The approval board: what approvers watch (design section 4.3 step 5, AskUser in section 5).
 
 It holds every pending approval and AskUser question in arrival order and fans each change
 out to its subscribers (WatchApprovals streams). Every subscriber has a bounded queue, so a

@@ -1,4 +1,4 @@
-"""Request checks and the errors the lifecycle answers with (DESIGN section 3)."""
+"""Request checks and the errors the lifecycle answers with (design section 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the journal records of a call's decisions and ends (DESIGN section 8)."""
+"""What the journal records of a call's decisions and ends (design section 8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How a call is decided: by policy (the gate's verdict), by a human, or by its deadline
-passing (expiry and approval timeouts, applied lazily) (DESIGN sections 2 and 4)."""
+passing (expiry and approval timeouts, applied lazily) (design sections 2 and 4)."""
 
 from __future__ import annotations
 

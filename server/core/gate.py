@@ -1,6 +1,6 @@
 """The gate: Deny, Gated or Allow for a call's requirements; deny always wins, fail closed.
 
-Evaluation order (DESIGN section 4.3): validate the request; route every requirement to its
+Evaluation order (design section 4.3): validate the request; route every requirement to its
 access value (protected paths first); any Deny ends it; then every deny rule before any allow
 rule; gated requirements covered by allow rules are met; whatever is left needs a human.
 A human-only requirement (a write to a file that makes programs run code) is never met by an

@@ -1,4 +1,4 @@
-"""The audit journal seam (DESIGN sections 2 and 8): what the lifecycle records, and a no-op.
+"""The audit journal seam (design sections 2 and 8): what the lifecycle records, and a no-op.
 
 Core never touches the database; `callgate.server.storage.journal` implements this over SQLite.
 Events are recorded in order with no await (`record`); the one record that authorizes an effect

@@ -1,4 +1,4 @@
-"""The tool-call lifecycle: sessions, loops, and Prepare -> Approve -> Invoke (DESIGN section 2).
+"""The tool-call lifecycle: sessions, loops, and Prepare -> Approve -> Invoke (design section 2).
 
 This is the one place that changes a call's state. The RPC layer converts requests, calls one
 method here and converts the answer back.

@@ -8,7 +8,7 @@ from datetime import datetime
 
 
 class State(enum.StrEnum):
-    """Lifecycle state of a tool call (DESIGN section 2)."""
+    """Lifecycle state of a tool call (design section 2)."""
 
     PREPARED = "prepared"
     AWAITING_APPROVAL = "awaiting_approval"

@@ -1,4 +1,4 @@
-"""Principals, roles and bearer-token authentication (DESIGN section 7)."""
+"""Principals, roles and bearer-token authentication (design section 7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the server keeps of calls, and the budget that bounds it (issue 13, DESIGN section 7).
+"""What the server keeps of calls, and the budget that bounds it (design section 7).
 
 An open call (PREPARED, AWAITING_APPROVAL, APPROVED, RUNNING) keeps its frozen artifact: that
 is what Invoke runs. Once a call ends (denied, expired, cancelled, succeeded or failed) it keeps

@@ -1,6 +1,6 @@
 """Allow and deny rules, and how a rule pattern covers a requirement's `match` value.
 
-Pattern forms (DESIGN section 4.2): an exact canonical path or `tree:<root>` for filesystem
+Pattern forms (design section 4.2): an exact canonical path or `tree:<root>` for filesystem
 kinds, `tcp://host:port` (port may be `*`) for network, an exact normalized command or a
 `Bash(<tokens>:*)` family for command.execute, `skill:<name>` for context.load, and an exact value
 for process.input. Command rules are matched by `commands`: allow rules under-match (every shell

@@ -1,4 +1,4 @@
-"""What the lifecycle keeps per session, its settings and clock (DESIGN section 2)."""
+"""What the lifecycle keeps per session, its settings and clock (design section 2)."""
 
 from __future__ import annotations
 

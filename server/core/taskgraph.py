@@ -1,4 +1,4 @@
-"""One loop's task graph (DESIGN section 5, TaskCreate/TaskUpdate/TaskGet/TaskList).
+"""One loop's task graph (design section 5, TaskCreate/TaskUpdate/TaskGet/TaskList).
 
 Every change is applied to a copy, the whole copy is validated, and only a valid copy
 replaces the graph, so a refused change leaves the graph exactly as it was. The graph holds

@@ -66,7 +66,7 @@ OutputSink = Callable[[bytes], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class ToolLimits:
-    """Caps tools apply (DESIGN section 5 defaults; configurable)."""
+    """Caps tools apply (design section 5 defaults; configurable)."""
 
     read_max_bytes: int = 1 << 20
     read_max_lines: int = 2000

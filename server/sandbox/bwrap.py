@@ -1,5 +1,5 @@
 """The bubblewrap runner: every command in a fresh mount, PID, IPC, UTS (and, unless a network
-requirement was approved, network) namespace, with the host read-only (DESIGN section 6).
+requirement was approved, network) namespace, with the host read-only (design section 6).
 
 What the command sees:
 - `/` read-only; a fresh `/dev` (its own empty `/dev/shm`) and a fresh `/proc` of its own PID

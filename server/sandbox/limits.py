@@ -1,4 +1,4 @@
-"""Per-command limits on processes, memory, CPU time and file size (issue 13, DESIGN section 6).
+"""Per-command limits on processes, memory, CPU time and file size (design section 6).
 
 One command could start hundreds of processes or take all the memory: nothing bounded it.
 Every command (sandboxed or not, foreground or supervised) is bounded from its first

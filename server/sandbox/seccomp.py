@@ -1,5 +1,5 @@
 """The seccomp filter every sandboxed command runs under: no privilege leaves the sandbox, and
-syscalls a confined command never needs are refused (DESIGN section 6).
+syscalls a confined command never needs are refused (design section 6).
 
 Built once per server with libseccomp (through `pyseccomp`, its ctypes bindings), compiled to
 a classic BPF program, and handed to bubblewrap as `--seccomp FD` on every spawn; bubblewrap

@@ -15,7 +15,7 @@ before it returns. A failed write keeps its events pending, in order, for the ne
 a durable record that cannot be committed raises `JournalUnavailable`.
 
 Nothing secret is written here by construction: the lifecycle passes only IDs, names,
-summaries, requirements, digests, outcomes and error codes (DESIGN invariant 9).
+summaries, requirements, digests, outcomes and error codes (design invariant 9).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workspace rules persisted in SQLite (WAL) under the state directory (DESIGN section 8).
+"""Workspace rules persisted in SQLite (WAL) under the state directory (design section 8).
 
 Every call runs the blocking sqlite3 work in a worker thread; each operation opens its own
 connection, so there is no connection shared across threads. A write returns only once it is

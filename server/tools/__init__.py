@@ -1,1 +1,2 @@
-"""Tool plugins, one module per tool or tool family, all registered in one registry."""
+"""Tool plugins grouped by family (`files`, `search`, `bash`, `processes`, and `fetch`, `tasks`,
+`ask`, `skill`), all registered in one registry."""

@@ -1,5 +1,4 @@
-"""AskUser: a question for the human, answered through ApprovalService.Answer (DESIGN
-section 5).
+"""AskUser: a question for the human, answered through ApprovalService.Answer (design section 5).
 
 It needs no requirement (the policy approves it) and is frozen at Prepare like every tool.
 Invoke publishes the question on the approval board (WatchApprovals) and waits for an answer:

@@ -1,4 +1,4 @@
-"""The Fetch tool: one HTTP(S) request to an approved `tcp://host:port` (DESIGN section 5).
+"""The Fetch tool: one HTTP(S) request to an approved `tcp://host:port` (design section 5).
 
 Prepare canonicalizes the URL (lower-case IDNA host, numeric IPv4 forms in dotted form,
 compressed IPv6, default ports) and freezes it; nothing is resolved or fetched. Invoke

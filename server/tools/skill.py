@@ -1,4 +1,4 @@
-"""Skill: load a named skill's instructions into the agent's context (DESIGN section 5).
+"""Skill: load a named skill's instructions into the agent's context (design section 5).
 
 A skill is `<name>/SKILL.md` beneath a source root: first the session workspace's `.skills`
 directory, then the configured skills directory. A workspace skill shadows a configured one

@@ -1,5 +1,5 @@
 """The task tools: TaskCreate, TaskUpdate, TaskGet and TaskList over the loop's task graph
-(DESIGN section 5).
+(design section 5).
 
 They are pure: no requirement, so the policy approves them. Prepare checks the arguments
 (types, byte limits, ID syntax) and freezes them; Invoke applies the change to the loop's

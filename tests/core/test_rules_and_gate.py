@@ -285,7 +285,7 @@ def test_the_rule_book_adds_removes_and_lists_in_creation_order() -> None:
     ],
 )
 def test_access_defaults_route_each_kind_and_scope(kind: str, match: str, expected: Access) -> None:
-    """DESIGN 4.1: reads inside allowed, writes inside gated, outside denied, the rest per kind."""
+    """Design section 4.1: reads inside allowed, writes inside gated, outside denied, the rest."""
     verdict = evaluate([requirement(kind, match)])
     assert verdict.access is expected
     if expected is Access.DENY:

@@ -1,5 +1,5 @@
 """Chaos: `kill -9` the real `callgate serve` (bubblewrap sandbox) at random points while calls
-run, restart it, and check what DESIGN section 8 and issue 6 promise:
+run, restart it, and check what design section 8 promises:
 
 - no tool process survives the server (foreground and background Bash, found in /proc by a
   unique `sleep` duration that bubblewrap, bash and sleep all carry on their command lines);

@@ -1,4 +1,4 @@
-"""The durable audit journal (DESIGN 2 invariants 9 and 10, section 8), against real SQLite."""
+"""The durable audit journal (design invariants 9 and 10, section 8), against real SQLite."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ class AnswerOnlyProbe(JournalProbe):
 async def test_a_read_only_tool_commits_invoked_with_its_end_before_the_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 15: a tool whose answer is its only effect, invoked unary, commits call.invoked in
+    """A tool whose answer is its only effect, invoked unary, commits call.invoked in
     the same transaction as its end, before the answer (one commit fewer on the fast path);
     streamed, its output leaves while it runs, so call.invoked is committed before it runs."""
     batches: list[list[str]] = []

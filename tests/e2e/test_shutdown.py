@@ -1,4 +1,4 @@
-"""Graceful shutdown of a real `callgate serve` process (DESIGN section 7): SIGTERM with a
+"""Graceful shutdown of a real `callgate serve` process (design section 7): SIGTERM with a
 sandboxed `sleep 100` running ends it CANCELLED within the grace period, the process tree is
 gone, the journal has the outcome, and the server exits 0."""
 

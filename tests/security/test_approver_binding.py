@@ -1,4 +1,4 @@
-"""Every approver decides exactly what it was shown (issue 27, points 1 and 2).
+"""Every approver decides exactly what it was shown.
 
 The rules a "session" or "always" decision saves are part of the call's digest, and a decision
 saves only rules that were offered for that digest: an approver (or anything holding its token)

@@ -1,4 +1,4 @@
-"""Attack review of issue 11 from the agent's seat (agent token, calls policy allows, files it
+"""Attack review of least authority, from the agent seat (agent token, calls policy allows, files it
 writes in the workspace). Skipped tests are successful attacks (the skip reason names the
 finding) that the lead fixes and unskips; the others are attacks that held, where no other
 test covers them."""

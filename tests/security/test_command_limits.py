@@ -1,4 +1,4 @@
-"""Limits inside the sandbox (issue 13, point 4): one command could start hundreds of processes
+"""Limits inside the sandbox: one command could start hundreds of processes
 and take all the memory. Now every command runs in its own cgroup (pids, memory) with rlimits
 (CPU time, file size); running into one ends it as a normal result with a stable error code,
 and the server and other sessions go on. Adversarial commands run only in bubblewrap, and the

@@ -1,4 +1,4 @@
-"""Command rules that know what programs do, attacked from the agent's seat (issue 12): an
+"""Command rules that know what programs do, attacked from the agent's seat: an
 allowed family never writes, runs code or reaches the network behind the approver's back.
 
 The agent holds only its token, uses only calls policy allows (a permissive workspace-write

@@ -1,4 +1,4 @@
-"""Red team of the program-aware command rules (issue 12), from the agent's seat: scripts that
+"""Red team of the program-aware command rules, from the agent's seat: scripts that
 the sed and awk readers took for read-only while the real program writes a file or runs a
 command, so that an allow family an approver saved on a harmless command (`Bash(sed:*)`,
 `Bash(awk:*)`) covered them.

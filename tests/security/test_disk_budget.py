@@ -1,4 +1,4 @@
-"""Disk is bounded (issue 13, point 2): background processes kept 64 MiB spool files each
+"""Disk is bounded: background processes kept 64 MiB spool files each
 (12 printing 80 MiB left 768 MiB) with nothing bounding their sum, on the disk the journal
 needs. Now every spool draws on one server-wide budget, a start that finds it spent fails with
 `spool_budget`, spools are deleted when their process is forgotten, at CloseSession and at

@@ -1,4 +1,4 @@
-"""Fetch previews show what the request sends (issue 27, point 4): header values, escaped, so
+"""Fetch previews show what the request sends: header values, escaped, so
 that a POST carrying `X-HTTP-Method-Override: DELETE` is seen as what it is; credentials only
 by their scheme (or the cookies' names) and a keyed fingerprint, so the approver sees that a
 credential is sent, and which, while neither the preview's holders nor the journal learn it."""

@@ -1,4 +1,4 @@
-"""Agent text is inert everywhere an approver reads it (issue 27, point 3).
+"""Agent text is inert everywhere an approver reads it.
 
 A right-to-left override in a command, a path or an AskUser question must not reorder what the
 approver reads (`cat notes.txt <U+202E>; bash evil.sh #` reads like a comment), and an added diff

@@ -1,4 +1,4 @@
-"""What a rule promises, the kernel holds (issue 26), attacked from the agent's seat.
+"""What a rule promises, the kernel holds, attacked from the agent's seat.
 
 bash evaluates array subscripts in `test -v` (and `[ -v ]`, `let`, `read`, `printf -v`, `declare
 -i`), so a single-quoted word under a read-only family runs any `$(…)` it holds; `${x@P}` and

@@ -1,4 +1,4 @@
-"""No call blocks the loop (issue 13, point 3).
+"""No call blocks the loop.
 
 The attack: with ripgrep off (or absent, or not confinable), Grep searched with Python `re`,
 which backtracks; `(a+)+$` over lines of a's ending in b took exponential time while holding

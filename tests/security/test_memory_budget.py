@@ -1,4 +1,4 @@
-"""Memory an agent can make the server keep is bounded and accounted (issue 13, point 1).
+"""Memory an agent can make the server keep is bounded and accounted.
 
 The attack: WriteFile calls carrying 1 MiB each, denied by policy, were kept with their
 arguments (300 of them grew the server by 287 MiB, and the limits allowed about 64 GB), and the

@@ -1,4 +1,4 @@
-"""Many servers on one host (issue 25): a server touches only what it owns.
+"""Many servers on one host: a server touches only what it owns.
 
 A server proves a host resource is its own by its state directory's lock plus a record kept
 there (`<state_dir>/cgroups`), never by a PID in a name: a server in its own PID namespace (the

@@ -1,4 +1,4 @@
-"""Slow readers never break streams (issue 13, point 5).
+"""Slow readers never break streams.
 
 The attack: an InvokeStream reader that stops reading for a few seconds. The command's output
 pump was blocked in a gRPC write when the command ended; two seconds later it was cancelled

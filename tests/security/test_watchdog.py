@@ -1,4 +1,4 @@
-"""The kill -9 guarantee without a process per command (issue 15, point 3).
+"""The kill -9 guarantee without a process per command.
 
 A sandboxed command is held by bubblewrap (`--block-fd`) until the server has put its init in
 the command's cgroups and set its rlimits; one watchdog per server kills everything in those

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class AuditServiceStub:
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.
@@ -53,7 +53,7 @@ class AuditServiceStub:
 
 
 class AuditServiceServicer:
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.
@@ -99,7 +99,7 @@ def add_AuditServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AuditService:
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AuditServiceStub:
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.
@@ -49,7 +49,7 @@ class AuditServiceStub:
 
 @_typing.type_check_only
 class AuditServiceAsyncStub(AuditServiceStub):
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.
@@ -67,7 +67,7 @@ class AuditServiceAsyncStub(AuditServiceStub):
     """
 
 class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
-    """AuditService reads the audit journal (DESIGN section 8): sessions, calls (prepared,
+    """AuditService reads the audit journal (design section 8): sessions, calls (prepared,
     decided, invoked, finished, abandoned), rule changes, process lifecycle and server starts.
     Events hold IDs, tool names, summaries, requirements, digests, outcomes and error codes;
     never raw arguments, file contents, command output, tokens or PIDs.

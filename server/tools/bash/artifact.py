@@ -1,4 +1,4 @@
-"""The Bash tool's arguments and its frozen artifact (DESIGN section 5)."""
+"""The Bash tool's arguments and its frozen artifact (design section 5)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Background Bash (`background: true`): the `BackgroundStarter` that starts an approved Bash
 call under the session's process supervisor and returns at once with its process ID and
-whatever output it produced in its first moments (DESIGN section 5)."""
+whatever output it produced in its first moments (design section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Bash tool: one shell command, run in the sandbox exactly as approved (DESIGN sections 5
+"""The Bash tool: one shell command, run in the sandbox exactly as approved (design sections 5
 and 6).
 
 Prepare validates and freezes: the command (normalized; that text is both what the gate
@@ -81,7 +81,7 @@ _HOSTNAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,251}[a-z0-9_])?")
 
 class BackgroundStarter(Protocol):
     """Starts a `background: true` Bash call under the session's process supervisor and
-    returns at once (DESIGN section 5: `{"status": "running", "process_id": ...}`). It builds
+    returns at once (design section 5: `{"status": "running", "process_id": ...}`). It builds
     the command's spec with `command_spec` and starts it on the same runner."""
 
     def check_capacity(self, ctx: ToolContext) -> None:

@@ -118,7 +118,7 @@ def _private_dirs(ctx: ToolContext) -> tuple[str, str]:
 
 
 def command_env(home: str, tmp: str, settings: CommandSettings) -> dict[str, str]:
-    """The whole environment of a command (DESIGN section 5): never the server's own."""
+    """The whole environment of a command (design section 5): never the server's own."""
     env = dict(settings.env_passthrough)
     env.update(
         PATH=SAFE_PATH,

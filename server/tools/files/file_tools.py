@@ -1,4 +1,4 @@
-"""The file tools: ReadFile, WriteFile and EditFile (DESIGN section 5).
+"""The file tools: ReadFile, WriteFile and EditFile (design section 5).
 
 Prepare resolves the path to its canonical form inside the workspace and freezes it; Invoke
 re-resolves the path the agent wrote, fails closed when it now points elsewhere, and opens

@@ -1,4 +1,4 @@
-"""The supervised-process tools: ProcessOutput, ProcessInput and ProcessStop (DESIGN section 5).
+"""The supervised-process tools: ProcessOutput, ProcessInput and ProcessStop (design section 5).
 
 They act on the background commands (`Bash` with `background: true`) of the caller's own loop;
 a process of another loop or session is `not_found`, exactly like an unknown ID. Results are

@@ -51,7 +51,7 @@ START_SETTLE_SECONDS = 10.0
 
 
 class ProcessReason(enum.StrEnum):
-    """Why a supervised process ended (DESIGN section 5; the same words everywhere)."""
+    """Why a supervised process ended (design section 5; the same words everywhere)."""
 
     EXITED = "exited"
     TIMED_OUT = "timed_out"
@@ -84,7 +84,7 @@ class StopMode(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SupervisorSettings:
-    """Process limits and output caps (DESIGN section 5 defaults; configurable)."""
+    """Process limits and output caps (design section 5 defaults; configurable)."""
 
     max_running_per_loop: int = 8
     max_running_per_session: int = 32
@@ -185,7 +185,7 @@ class ProcessSupervisor:
     ) -> None:
         self.settings = settings
         self._resources = resources
-        # Process lifecycle events (DESIGN section 8): IDs, reasons, exit codes; no output,
+        # Process lifecycle events (design section 8): IDs, reasons, exit codes; no output,
         # no command, no PID.
         self._journal: Journal = journal or NullJournal()
         self._processes: dict[str, SupervisedProcess] = {}

@@ -1,4 +1,4 @@
-"""The Glob tool: workspace file paths by pattern (DESIGN section 5)."""
+"""The Glob tool: workspace file paths by pattern (design section 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Grep tool: lines of workspace files by regex (DESIGN section 5)."""
+"""The Grep tool: lines of workspace files by regex (design section 5)."""
 
 from __future__ import annotations
 
