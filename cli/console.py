@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Final, Literal, TextIO
 
 import anyio
+import anyio.to_thread
 from anyio.abc import ObjectSendStream
 
 from callgate.client.approvals import Approvals
@@ -81,14 +82,20 @@ def wants_colour(out: TextIO) -> bool:
 
 async def read_lines(fd: int = 0) -> AsyncGenerator[str, None]:
     """Lines from a file descriptor (stdin by default) without blocking the event loop: a
-    terminal or pipe is waited on until readable; a regular file never blocks, so it is read
-    directly."""
-    readable = None if stat.S_ISREG(os.fstat(fd).st_mode) else fd
+    terminal, pipe or socket is waited on until readable; a regular file never blocks, so it is
+    read directly; anything else (a device such as /dev/null, which no event loop can poll) is
+    read in a worker thread."""
+    mode = os.fstat(fd).st_mode
+    pollable = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
     buffer = b""
     while True:
-        if readable is not None:
-            await anyio.wait_readable(readable)
-        chunk = os.read(fd, 65536)
+        if pollable:
+            await anyio.wait_readable(fd)
+            chunk = os.read(fd, 65536)
+        elif stat.S_ISREG(mode):
+            chunk = os.read(fd, 65536)
+        else:
+            chunk = await anyio.to_thread.run_sync(os.read, fd, 65536, abandon_on_cancel=True)
         if not chunk:
             break
         buffer += chunk

@@ -84,7 +84,17 @@ def _serve(args: argparse.Namespace) -> int:
                     print("callgate: shutting down", file=sys.stderr)
                     break
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except (ConfigError, SandboxUnavailable) as exc:  # found only at start, binding a listener
+        print(f"callgate: {exc}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:
+        found = group.subgroup((ConfigError, SandboxUnavailable))
+        if found is None or found.exceptions != group.exceptions:
+            raise
+        print(f"callgate: {found.exceptions[0]}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -687,9 +697,23 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     return parser
 
 
+# The exit status of a process killed by SIGPIPE, as a shell reports it.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except (BrokenPipeError, BaseExceptionGroup) as exc:
+        if isinstance(exc, BaseExceptionGroup) and exc.split(BrokenPipeError)[1] is not None:
+            raise
+        # The reader of our output went away (`callgate audit | head`): end quietly, with
+        # stdout on /dev/null so that flushing it at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     return code
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import ipaddress
 import logging
 import os
@@ -302,6 +303,19 @@ def _chmod_socket(path: str) -> None:
         os.close(fd)
 
 
+MAX_PORT = 65535
+
+
+def _add_port(address: str, add: Callable[[], int]) -> int:
+    """The port grpc bound for `address`; a ConfigError naming it when it could not bind."""
+    try:
+        return add()
+    except RuntimeError:  # grpc: "Failed to bind to address ..."
+        raise ConfigError(
+            f"config key listen: cannot listen on {address} (in use, or not permitted here)"
+        ) from None
+
+
 def _clear_stale_socket(path: Path) -> None:
     """Remove what an earlier server left at a socket path, and only that: a socket nobody
     accepts on. A socket another process serves, or anything that is not a socket, is not ours
@@ -562,6 +576,11 @@ class App:
                 raise ConfigError(
                     f"config key listen: {address!r} is not unix:///path or host:port"
                 )
+            if int(port) > MAX_PORT:
+                # grpc would take the port modulo 65536 and listen somewhere else.
+                raise ConfigError(
+                    f"config key listen: {address!r} has port {port}; a port is 0 to {MAX_PORT}"
+                )
             tls = self.config.tls
             if tls.cert_file and tls.key_file:
                 server_credentials = grpc.ssl_server_credentials(
@@ -571,9 +590,11 @@ class App:
                     else None,
                     require_client_auth=tls.client_ca_file is not None,
                 )
-                actual = server.add_secure_port(address, server_credentials)
+                actual = _add_port(
+                    address, functools.partial(server.add_secure_port, address, server_credentials)
+                )
             elif _is_loopback(host) or tls.insecure:
-                actual = server.add_insecure_port(address)
+                actual = _add_port(address, functools.partial(server.add_insecure_port, address))
             else:
                 raise ConfigError(
                     f"config key listen: {address} is not loopback; set tls.cert_file and "

@@ -6,6 +6,7 @@ import json
 import os
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,80 @@ def test_bad_config_fails_with_one_line_naming_the_key(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "approval_mode" in lines[0] or "access.workspace_read" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "listen",
+    ["not-an-address", "unix://relative/callgate.sock", "127.0.0.1:99999", "in-use"],
+)
+def test_a_bad_listen_address_fails_with_one_line_naming_the_key(
+    tmp_path: Path, listen: str
+) -> None:
+    """An address `serve` cannot listen on is checked when it binds, after the config loaded:
+    still one line naming the key and exit 2, never a traceback."""
+    state = tmp_path / "state"
+    work = tmp_path / "work"
+    work.mkdir()
+    with socket.socket() as taken:  # a port of our own that is in use
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        if listen == "in-use":
+            listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = _cli("serve", "--listen", listen, "--state-dir", str(state), cwd=work, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("callgate: config key listen"), done.stderr
+
+
+def test_the_terminal_approver_reads_stdin_of_any_kind(server_dir: Path) -> None:
+    """`callgate approvals < /dev/null` (a device no event loop can poll) ends at the end of
+    its input like a pipe or a file does, instead of a traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    with open(os.devnull) as nothing:
+        done = subprocess.run(
+            [CALLGATE, "approvals"],
+            cwd=server_dir,
+            stdin=nothing,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "waiting for pending calls" in done.stdout
+
+
+def test_output_cut_short_by_its_reader_is_not_an_error_trace(server_dir: Path) -> None:
+    """`callgate audit | head -1`: the reader leaving early ends the command quietly, with the
+    exit status of a process killed by SIGPIPE, as other tools do."""
+    for _ in range(3):
+        assert _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    process = subprocess.Popen(
+        [CALLGATE, "audit", "--follow"],
+        cwd=server_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert _line(process.stdout)  # it is printing; the reader now goes away
+    process.stdout.close()
+    for _ in range(3):  # more events to print into the closed pipe
+        assert _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir).returncode == 0
+    try:
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()  # our own child
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr, stderr
+    assert code == 141, stderr
 
 
 def test_bad_rule_pattern_fails_naming_the_rule(tmp_path: Path) -> None:
