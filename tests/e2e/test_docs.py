@@ -30,6 +30,7 @@ file that exists, every `make` target named exists, the README stays an entry pa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ import pytest
 
 from callgate.client import (
     CallgateClient,
+    CallgateClientError,
     DecisionKind,
     PendingApproval,
     PendingQuestion,
@@ -284,6 +286,10 @@ class Approver:
             group.cancel_scope.cancel()
 
     async def _watch(self) -> None:
+        with contextlib.suppress(CallgateClientError):  # the server stopped: so does the human
+            await self._approve()
+
+    async def _approve(self) -> None:
         async with CallgateClient(self.target, token=self.token) as client:
             async for item in client.approvals.watch():
                 if isinstance(item, PendingApproval):
