@@ -18,10 +18,12 @@ $(PY):
 
 STAMP := $(VENV)/.installed
 
-# Python packages (the project, editable, with its dev tools) into .venv.
+# Python packages (the project, editable, with its dev tools) into .venv, and the example tool
+# plugin (examples/websearch), which a server loads only when its config names it.
 install: $(STAMP)
-$(STAMP): $(PY) pyproject.toml
+$(STAMP): $(PY) pyproject.toml examples/websearch/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps -e examples/websearch
 	touch $(STAMP)
 
 # Debian packages the tools use: bubblewrap (the Bash sandbox) and ripgrep (Grep); chromium
@@ -76,6 +78,7 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy -p callgate.server -p callgate.client -p callgate.cli
 	$(VENV)/bin/mypy tests bench examples/agent_loop.py
+	$(VENV)/bin/mypy -p callgate_websearch
 
 check: lint typecheck buf-lint proto-check test
 

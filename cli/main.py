@@ -40,6 +40,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
 def _serve(args: argparse.Namespace) -> int:
     from callgate.server.app import App
     from callgate.server.config import ConfigError, load_config
+    from callgate.server.core.definitions import DefinitionBuildError
     from callgate.server.logs import configure_logging
     from callgate.server.sandbox.probe import SandboxUnavailable
 
@@ -61,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config or os.environ.get("CALLGATE_CONFIG"), overrides)
         configure_logging(config.log_level)
         app = App(config)
-    except (ConfigError, SandboxUnavailable) as exc:
+    except (ConfigError, SandboxUnavailable, DefinitionBuildError) as exc:
         print(f"callgate: {exc}", file=sys.stderr)
         return 2
 
@@ -86,11 +87,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         anyio.run(main)
-    except (ConfigError, SandboxUnavailable) as exc:  # found only at start, binding a listener
+    except (ConfigError, SandboxUnavailable, DefinitionBuildError) as exc:
+        # Found only at start, binding a listener.
         print(f"callgate: {exc}", file=sys.stderr)
         return 2
     except BaseExceptionGroup as group:
-        found = group.subgroup((ConfigError, SandboxUnavailable))
+        found = group.subgroup((ConfigError, SandboxUnavailable, DefinitionBuildError))
         if found is None or found.exceptions != group.exceptions:
             raise
         print(f"callgate: {found.exceptions[0]}", file=sys.stderr)

@@ -3,8 +3,8 @@
 An MCP client (an IDE, an agent framework) sees callgate's tools as MCP tools:
 
 - `tools/list` is the session's ListTools: names, descriptions, argument JSON Schemas, and
-  MCP annotations (`readOnlyHint` for tools that only read, `destructiveHint` for tools
-  that write files, run commands or feed processes).
+  MCP annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`) as
+  each tool's definition declares them (`ToolInfo.annotations`).
 - `tools/call` is Prepare -> Approve -> Invoke (`ClientSession.run`). A gated call waits
   for a human through callgate's approval channel (ApprovalService: `callgate approvals`
   or any other approver), at most `approval_timeout` seconds.
@@ -73,38 +73,15 @@ LOOPBACK: Final = "127.0.0.1"
 _INVALID_PARAMS: Final = -32602
 _INTERNAL_ERROR: Final = -32603
 
-_READ_ONLY_TOOLS: Final = frozenset(
-    {"ReadFile", "Glob", "Grep", "TaskGet", "TaskList", "ProcessOutput", "Skill", "AskUser"}
-)
-"""Tools that only read (files, the task list, process output) or ask the user."""
-
-_DESTRUCTIVE_TOOLS: Final = frozenset(
-    {"WriteFile", "EditFile", "Bash", "ProcessInput", "ProcessStop"}
-)
-"""Tools that may overwrite files, run arbitrary commands, or act on running processes."""
-
-_OPEN_WORLD_TOOLS: Final = frozenset({"Bash", "Fetch"})
-"""Tools that reach outside the workspace (the network, arbitrary commands)."""
-
-_READ_KINDS: Final = frozenset({"filesystem.read", "context.load"})
-_DESTRUCTIVE_KINDS: Final = frozenset({"filesystem.write", "command.execute", "process.input"})
-
 
 def tool_annotations(spec: ToolSpec) -> types.ToolAnnotations:
-    """The MCP hints for a tool: by name for callgate's own tools, otherwise from the kinds
-    of requirement it declares (only reads: read-only; writes or commands: destructive)."""
-    kinds = set(spec.requirement_kinds)
-    if spec.name in _READ_ONLY_TOOLS or (
-        spec.name not in _DESTRUCTIVE_TOOLS and kinds and kinds <= _READ_KINDS
-    ):
-        read_only = True
-    else:
-        read_only = False
-    destructive = spec.name in _DESTRUCTIVE_TOOLS or bool(kinds & _DESTRUCTIVE_KINDS)
+    """The MCP hints for a tool: the annotations its definition declares (ToolInfo)."""
+    hints = spec.annotations
     return types.ToolAnnotations(
-        read_only_hint=read_only,
-        destructive_hint=None if read_only else destructive,
-        open_world_hint=spec.name in _OPEN_WORLD_TOOLS or "network" in kinds,
+        read_only_hint=hints.read_only,
+        destructive_hint=None if hints.read_only else hints.destructive,
+        idempotent_hint=hints.idempotent,
+        open_world_hint=hints.open_world,
     )
 
 

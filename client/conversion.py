@@ -28,6 +28,7 @@ from callgate.client.models import (
     SandboxMode,
     Session,
     State,
+    ToolAnnotations,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -228,6 +229,12 @@ def tool_spec_from_proto(message: tool_service_pb2.ToolInfo) -> ToolSpec:
         description=message.description,
         input_schema=schema,
         requirement_kinds=tuple(message.requirement_kinds),
+        annotations=ToolAnnotations(
+            read_only=message.annotations.read_only,
+            destructive=message.annotations.destructive,
+            idempotent=message.annotations.idempotent,
+            open_world=message.annotations.open_world,
+        ),
     )
 
 

@@ -190,13 +190,24 @@ class InvokeResult(_Frozen):
     result: ToolResult
 
 
+class ToolAnnotations(_Frozen):
+    """What a tool's calls do, as its definition declares it (MCP's tool annotations). Hints
+    only: the server's gate decides every call on its requirements."""
+
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    open_world: bool = False
+
+
 class ToolSpec(_Frozen):
-    """A tool the session offers, with the JSON Schema of its arguments."""
+    """A tool the session offers, with the JSON Schema of its arguments and its annotations."""
 
     name: str
     description: str
     input_schema: dict[str, JsonValue]
     requirement_kinds: tuple[str, ...]
+    annotations: ToolAnnotations = ToolAnnotations()
 
     def to_openai(self) -> dict[str, JsonValue]:
         """The tool in OpenAI's function-calling format (an entry of `tools`)."""

@@ -54,24 +54,20 @@ from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
 from callgate.server.storage.journal import JOURNAL_DB, SqliteJournal
 from callgate.server.storage.rules_store import SqliteRuleStore
-from callgate.server.tools.catalog import (
-    ask_tools,
-    command_tools,
-    fetch_tools,
-    file_tools,
-    process_tools,
-    skill_tools,
-    task_tools,
-)
+from callgate.server.tools.catalog import builtin_definitions
 from callgate.server.tools.registry import ToolRegistry
 from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
 
+from .core.definitions import Service
+from .plugins import load_plugins
 from .sandbox import proctree
 from .tools.bash.background import SupervisedBash
 from .tools.bash.command_spec import CommandSettings
+from .tools.network import HttpAccess
 from .tools.processes.output_log import SpoolBudget
 from .tools.processes.process_tools import ProcessServices
 from .tools.processes.supervisor import SUPERVISOR, SupervisorSettings
+from .tools.services import CommandServices, HelperSandbox, SkillSource
 
 log = logging.getLogger(__name__)
 
@@ -429,20 +425,28 @@ class App:
         background = SupervisedBash(self.processes, self.runner, self.command_settings)
         headless = config.approval_mode == "headless"
         self.board = ApprovalBoard()
+        # Every tool comes from a definition (core/definitions.py), callgate's own and the
+        # plugins the config names; each gets only the services it declares, and one that
+        # needs a service missing here, fails to build or clashes stops the start.
+        services: dict[Service, object] = {
+            Service.COMMANDS: CommandServices(self.runner, self.command_settings, background),
+            Service.PROCESSES: self.processes,
+            Service.APPROVAL_BOARD: self.board,
+            Service.NETWORK: HttpAccess(config.fetch.allow_networks),
+            Service.HELPERS: HelperSandbox(
+                rg,
+                self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None,
+                self.sandbox.seccomp,
+            ),
+            Service.SKILLS: SkillSource(config.skills.directory or None),
+        }
         self.tools = ToolRegistry(
             [
-                *file_tools(
-                    rg,
-                    self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None,
-                    self.sandbox.seccomp,
-                ),
-                *command_tools(self.runner, self.command_settings, background),
-                *process_tools(self.processes),
-                *ask_tools(self.board, config.ask.timeout_seconds, headless),
-                *fetch_tools(config.fetch.allow_networks),
-                *skill_tools(config.skills.directory or None),
-                *task_tools(),
-            ]
+                *builtin_definitions(config.ask.timeout_seconds, headless),
+                *load_plugins(config.tools.plugins),
+            ],
+            services,
+            settings=config.tools.settings,
         )
         self.metrics = (
             PrometheusTelemetry(i.name for i in self.tools.infos())

@@ -160,6 +160,13 @@ class ToolsConfig(BaseModel):
     # The bound on what an approver is shown of a call before deciding it (its preview).
     preview_max_bytes: Annotated[int, Field(ge=1024, le=4 << 20)] = 64 << 10
     ripgrep: bool = True
+    # Tool plugins to load: names of installed `callgate.tools` entry points. An installed
+    # plugin that is not named here is never imported.
+    plugins: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]] = Field(
+        default_factory=list
+    )
+    # Each definition's own settings, `[tools.settings.<definition name>]` (Service.SETTINGS).
+    settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class ProcessesConfig(BaseModel):

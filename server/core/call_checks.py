@@ -7,7 +7,13 @@ import re
 import uuid
 
 from .calls import CallRecord
-from .errors import AlreadyExists, FailedPrecondition, InvalidArgument, request_invalid
+from .errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    request_invalid,
+)
 from .models import State
 
 
@@ -75,6 +81,14 @@ def outside_allowed_roots() -> InvalidArgument:
     return InvalidArgument(
         "WORKSPACE_INVALID",
         "The workspace is outside the server's allowed roots; use one inside them.",
+    )
+
+
+def tool_not_found(name: str) -> NotFound:
+    return NotFound(
+        "TOOL_NOT_FOUND",
+        "No tool has that name; ListTools shows the available tools.",
+        metadata={"tool_name": name[:64]},
     )
 
 

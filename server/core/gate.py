@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..commands import command_inert, family_read_only, is_family_pattern, normalize_command
 from .models import TREE_PREFIX, Access, Denial, DenialKind, Requirement, RequirementKind
@@ -22,6 +23,9 @@ from .paths import ProtectedPaths, is_within
 from .rules import Effect, Rule, RuleBook, is_network_target
 
 log = logging.getLogger(__name__)
+
+
+_PLUGIN_KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 
 class AccessDefaults(BaseModel):
@@ -37,6 +41,19 @@ class AccessDefaults(BaseModel):
     network: Access = Access.GATED
     context_load: Access = Access.GATED
     process_input: Access = Access.ALLOW
+    # Requirement kinds beyond callgate's own, which tool plugins may declare
+    # (`"db.query" = "gated"`). A kind that is neither callgate's nor listed here is denied.
+    kinds: dict[str, Access] = Field(default_factory=dict)
+
+    @field_validator("kinds")
+    @classmethod
+    def _plugin_kinds(cls, kinds: dict[str, Access]) -> dict[str, Access]:
+        for kind in kinds:
+            if kind in {k.value for k in RequirementKind}:
+                raise ValueError(f"{kind} is callgate's own kind; set its own key instead")
+            if not _PLUGIN_KIND.fullmatch(kind):
+                raise ValueError(f"{kind[:64]!r} is not a kind such as db.query")
+        return kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +110,7 @@ class Gate:
     ) -> Verdict:
         # 1. Validate.
         for requirement in requirements:
-            problem = _invalid(requirement)
+            problem = _invalid(requirement, self.access.kinds)
             if problem:
                 return _deny(DenialKind.OUT_OF_SCOPE, problem)
         # 2. Route to access values; any Deny stops here.
@@ -223,7 +240,7 @@ class Gate:
             return self.access.context_load
         if kind == RequirementKind.PROCESS_INPUT:
             return self.access.process_input
-        return Access.DENY
+        return self.access.kinds.get(kind, Access.DENY)
 
 
 def _read_only_families(rules: Sequence[Rule]) -> bool:
@@ -234,11 +251,17 @@ def _deny(kind: DenialKind, description: str) -> Verdict:
     return Verdict(access=Access.DENY, reason=description, denial=Denial(kind, description))
 
 
-def _invalid(requirement: Requirement) -> str:
+def _invalid(requirement: Requirement, plugin_kinds: Mapping[str, Access]) -> str:
     """Why a requirement is malformed, or "" when it is well formed."""
+    if not requirement.match or len(requirement.match) > _MAX_MATCH:
+        return "A requirement has an empty or oversized match value, so the call is denied."
+    if "\x00" in requirement.match or "\x00" in requirement.scope:
+        return "A requirement holds a NUL byte, so the call is denied."
     try:
         kind = RequirementKind(requirement.kind)
     except ValueError:
+        if requirement.kind in plugin_kinds:
+            return ""  # a plugin's kind: its configured access decides (no rules match it)
         return f"The requirement kind {requirement.kind[:64]!r} is unknown, so the call is denied."
     if not requirement.match or len(requirement.match) > _MAX_MATCH:
         return "A requirement has an empty or oversized match value, so the call is denied."

@@ -29,10 +29,12 @@ from .call_checks import (
     outside_allowed_roots,
     request_fingerprint,
     request_id_conflict,
+    tool_not_found,
 )
 from .call_journal import journal_change
 from .calls import CallRecord, CallSnapshot, compute_digest
 from .decisions import CallDecisions
+from .definitions import BuildScope
 from .errors import (
     CallgateError,
     FailedPrecondition,
@@ -60,7 +62,7 @@ from .sessions import (
     new_id,
 )
 from .telemetry import NO_TELEMETRY, Phase, Telemetry
-from .tool import LoopState, OutputSink, ToolContext
+from .tool import LoopState, OutputSink, ToolContext, ToolPlugin
 
 __all__ = [
     "APPROVE_WAIT_CAP_SECONDS",
@@ -158,7 +160,8 @@ class Lifecycle:
             create_time=now,
             resources=SessionResources(session_id, self._state_root, self._spawn),
         )
-        session.loops[loop_id] = LoopState(loop_id)
+        session.tools = self.tools.build(session_id, "", BuildScope.SESSION)
+        session.loops[loop_id] = self._new_loop(session, loop_id)
         self._sessions[session.session_id] = session
         self.journal.record(
             "session.opened",
@@ -211,8 +214,13 @@ class Lifecycle:
                 f"The session already has {self.settings.max_loops_per_session} loops.",
             )
         loop_id = new_id("loop_")
-        session.loops[loop_id] = LoopState(loop_id)
+        session.loops[loop_id] = self._new_loop(session, loop_id)
         return loop_id
+
+    def _new_loop(self, session: Session, loop_id: str) -> LoopState:
+        """A loop with fresh tools: the session's, and its own from every loop definition."""
+        tools = {**session.tools, **self.tools.build(session.session_id, loop_id, BuildScope.LOOP)}
+        return LoopState(loop_id, tools=tools)
 
     def list_tools(self, principal: Principal, session_id: str) -> list[ToolInfo]:
         session = self._session(principal, session_id)
@@ -254,7 +262,9 @@ class Lifecycle:
                     return record.snapshot()
         if execution_id in self._calls_by_id:
             raise execution_id_exists()
-        tool = self.tools.get(tool_name)
+        tool = loop.tools.get(tool_name)
+        if tool is None:
+            raise tool_not_found(tool_name)
         if session.open_calls >= self.settings.max_open_calls_per_session:
             for old in list(session.calls.values()):
                 self.decisions.refresh(old)
@@ -420,12 +430,17 @@ class Lifecycle:
             snapshot = dataclasses.replace(snapshot, result=full)
         return snapshot
 
+    @staticmethod
+    def _tool(session: Session, record: CallRecord) -> ToolPlugin:
+        """The tool of the loop that prepared the call (built for that loop)."""
+        return session.loops[record.loop_id].tools[record.tool_name]
+
     async def _journal_invoked(self, session: Session, record: CallRecord, streamed: bool) -> None:
         """Journal `call.invoked`: committed before the tool runs, or, for a tool whose answer
         is its only effect invoked unary, left for the commit before the answer (Tool)."""
         kind, data = "call.invoked", {"tool": record.tool_name, "digest": record.digest}
         ids = {"session_id": session.session_id, "execution_id": record.execution_id}
-        if not streamed and self.tools.get(record.tool_name).answer_only:
+        if not streamed and self._tool(session, record).answer_only:
             self.journal.record(kind, **ids, principal=session.owner, data=data)
         else:
             await self.journal.record_durable(kind, **ids, principal=session.owner, data=data)
@@ -434,7 +449,7 @@ class Lifecycle:
         self, session: Session, record: CallRecord, output: OutputSink | None
     ) -> ToolResult | None:
         """Run the call's artifact; return the tool's whole result (None when cancelled)."""
-        tool = self.tools.get(record.tool_name)
+        tool = self._tool(session, record)
         ctx = self._context(
             session,
             session.loops[record.loop_id],

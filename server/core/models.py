@@ -134,8 +134,20 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolAnnotations:
+    """What a tool's calls do, for clients that show or sort tools (MCP's tool annotations).
+    Hints only: the gate decides on each call's requirements, never on these."""
+
+    read_only: bool = False  # changes nothing outside the server
+    destructive: bool = False  # may delete or overwrite (meaningful when not read-only)
+    idempotent: bool = False  # the same call twice has no further effect
+    open_world: bool = False  # reaches beyond the workspace (the network, other programs)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolInfo:
     name: str
     description: str
     input_schema_json: str
     requirement_kinds: tuple[str, ...] = field(default_factory=tuple)
+    annotations: ToolAnnotations = field(default_factory=ToolAnnotations)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from .calls import CallRecord
+from .definitions import BuildScope
 from .models import SandboxMode, ToolInfo
 from .paths import Workspace
 from .resources import SessionResources
@@ -33,7 +34,10 @@ class SystemClock:
 
 
 class ToolCatalog(Protocol):
-    def get(self, name: str) -> ToolPlugin: ...
+    """The tools a server offers (`tools.registry.ToolRegistry`): fresh tools for a session or
+    a loop from its definitions, and what ListTools shows."""
+
+    def build(self, session_id: str, loop_id: str, scope: BuildScope) -> dict[str, ToolPlugin]: ...
     def infos(self, workspace: Workspace | None = None) -> list[ToolInfo]: ...
 
 
@@ -87,6 +91,8 @@ class Session:
     create_time: datetime
     resources: SessionResources
     loops: dict[str, LoopState] = field(default_factory=dict)
+    # The tools of the session's session-scoped definitions, shared by its loops.
+    tools: dict[str, ToolPlugin] = field(default_factory=dict)
     calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
     prepare_requests: dict[str, tuple[str, str]] = field(default_factory=dict)
     invoke_requests: dict[str, str] = field(default_factory=dict)

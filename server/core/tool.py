@@ -8,7 +8,7 @@ by the loop and reached through the context, so tool objects themselves are stat
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -19,7 +19,6 @@ from .errors import InternalError
 from .models import Preview, Requirement, RuleCandidate, ToolResult
 from .paths import Workspace
 from .resources import SessionResources
-from .taskgraph import TaskGraph
 
 
 class Arguments(BaseModel):
@@ -53,12 +52,13 @@ class Prepared:
 @dataclass(slots=True)
 class LoopState:
     """State one agent loop owns. `observations` maps a canonical path to the SHA-256 (hex)
-    of its content when the loop last read it in full (read-before-write); `tasks` is the
-    loop's task graph (TaskCreate and friends)."""
+    of its content when the loop last read it in full (read-before-write); `tools` are the
+    loop's tools, built for it from the server's definitions (core/definitions.py), the task
+    tools with the loop's own task graph among them."""
 
     loop_id: str
     observations: MutableMapping[str, str] = field(default_factory=dict)
-    tasks: TaskGraph = field(default_factory=TaskGraph)
+    tools: Mapping[str, ToolPlugin] = field(default_factory=dict)
 
 
 OutputSink = Callable[[bytes], Awaitable[None]]

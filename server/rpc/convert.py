@@ -174,4 +174,10 @@ def tool_info_to_proto(info: ToolInfo) -> tool_service_pb2.ToolInfo:
         description=info.description,
         input_schema_json=info.input_schema_json,
         requirement_kinds=info.requirement_kinds,
+        annotations=tool_service_pb2.ToolAnnotations(
+            read_only=info.annotations.read_only,
+            destructive=info.annotations.destructive,
+            idempotent=info.annotations.idempotent,
+            open_world=info.annotations.open_world,
+        ),
     )

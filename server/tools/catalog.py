@@ -1,62 +1,174 @@
-"""The tool families the composition root registers, built from their configuration."""
+"""The definitions of callgate's own tools (core/definitions.py): each tool family's name, the
+services it needs, the annotations of its tools and how it is built. The composition root
+registers them with the services it provides; settings that are configuration (time limits,
+headless mode) are captured here, services that are objects come through the bindings."""
 
 from __future__ import annotations
 
-from callgate.server.core.board import ApprovalBoard
-from callgate.server.core.tool import ToolPlugin
-from callgate.server.sandbox.runner import CommandRunner
-from callgate.server.sandbox.seccomp import SeccompProgram
-
+from ..core.board import ApprovalBoard
+from ..core.definitions import (
+    Bindings,
+    BuildScope,
+    Service,
+    ToolAnnotations,
+    ToolDefinition,
+)
+from ..core.taskgraph import TaskGraph
+from ..core.tool import ToolPlugin
 from .ask import AskUser
-from .bash.bash_tool import BackgroundStarter, Bash
-from .bash.command_spec import CommandSettings
+from .bash.bash_tool import Bash
 from .fetch import Fetch
 from .files.file_tools import EditFile, ReadFile, WriteFile
+from .network import HttpAccess
 from .processes.process_tools import ProcessInput, ProcessOutput, ProcessServices, ProcessStop
 from .search.glob_tool import Glob
 from .search.grep_tool import Grep
+from .services import CommandServices, HelperSandbox, SkillSource
 from .skill import Skill
 from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
 
-
-def file_tools(
-    rg_path: str | None, bwrap_path: str | None = None, seccomp: SeccompProgram | None = None
-) -> list[ToolPlugin]:
-    """ReadFile, WriteFile, EditFile, Glob and Grep. `rg_path` is the ripgrep executable
-    Grep runs confined by bubblewrap at `bwrap_path` (under the commands' `seccomp` filter);
-    without both, Grep searches in Python (same output, slower)."""
-    return [ReadFile(), WriteFile(), EditFile(), Glob(), Grep(rg_path, bwrap_path, seccomp)]
+READS = ToolAnnotations(read_only=True, idempotent=True)
 
 
-def process_tools(services: ProcessServices) -> list[ToolPlugin]:
+def file_definition() -> ToolDefinition:
+    """ReadFile, WriteFile and EditFile: they keep nothing; the loop's observations are in
+    its LoopState."""
+    return ToolDefinition(
+        name="files",
+        build=lambda bindings: [ReadFile(), WriteFile(), EditFile()],
+        annotations={
+            "ReadFile": READS,
+            "WriteFile": ToolAnnotations(destructive=True, idempotent=True),
+            "EditFile": ToolAnnotations(destructive=True),
+        },
+    )
+
+
+def search_definition() -> ToolDefinition:
+    """Glob and Grep. Grep runs ripgrep only confined (`Service.HELPERS`); without bubblewrap
+    it searches in Python (same output, slower)."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        helpers = bindings.service(Service.HELPERS, HelperSandbox)
+        return [Glob(), Grep(helpers.rg_path, helpers.bwrap_path, helpers.seccomp)]
+
+    return ToolDefinition(
+        name="search",
+        build=build,
+        annotations={"Glob": READS, "Grep": READS},
+        requires=Service.HELPERS,
+    )
+
+
+def command_definition() -> ToolDefinition:
+    """Bash on the server's runner (bubblewrap or unconfined, chosen at start); without a
+    background starter, `background: true` is refused at Prepare."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        commands = bindings.service(Service.COMMANDS, CommandServices)
+        return [Bash(commands.runner, commands.settings, commands.background)]
+
+    return ToolDefinition(
+        name="bash",
+        build=build,
+        annotations={"Bash": ToolAnnotations(destructive=True, open_world=True)},
+        requires=Service.COMMANDS,
+    )
+
+
+def process_definition() -> ToolDefinition:
     """ProcessOutput, ProcessInput and ProcessStop over the sessions' supervisors (the same
-    `services` background Bash starts its processes with)."""
-    return [ProcessOutput(services), ProcessInput(services), ProcessStop(services)]
+    services background Bash starts its processes with)."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        services = bindings.service(Service.PROCESSES, ProcessServices)
+        return [ProcessOutput(services), ProcessInput(services), ProcessStop(services)]
+
+    return ToolDefinition(
+        name="processes",
+        build=build,
+        annotations={
+            "ProcessOutput": ToolAnnotations(read_only=True),
+            "ProcessInput": ToolAnnotations(destructive=True),
+            "ProcessStop": ToolAnnotations(destructive=True, idempotent=True),
+        },
+        requires=Service.PROCESSES,
+    )
 
 
-def command_tools(
-    runner: CommandRunner, settings: CommandSettings, background: BackgroundStarter | None = None
-) -> list[ToolPlugin]:
-    """Bash on the server's runner (bubblewrap or unconfined, chosen at start). Without a
-    `background` starter, `background: true` is refused at Prepare."""
-    return [Bash(runner, settings, background)]
-
-
-def ask_tools(board: ApprovalBoard, timeout_seconds: float, headless: bool) -> list[ToolPlugin]:
+def ask_definition(timeout_seconds: float, headless: bool) -> ToolDefinition:
     """AskUser, publishing its questions on the approval board (`no_user` when headless)."""
-    return [AskUser(board, timeout_seconds, headless)]
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        board = bindings.service(Service.APPROVAL_BOARD, ApprovalBoard)
+        return [AskUser(board, timeout_seconds, headless)]
+
+    return ToolDefinition(
+        name="ask",
+        build=build,
+        annotations={"AskUser": ToolAnnotations(read_only=True)},
+        requires=Service.APPROVAL_BOARD,
+    )
 
 
-def skill_tools(skills_dir: str | None) -> list[ToolPlugin]:
-    """Skill, loading from each session's `.skills` and then `skills_dir` (None: none)."""
-    return [Skill(skills_dir)]
+def skill_definition() -> ToolDefinition:
+    """Skill, loading from each session's `.skills` and then the configured directory."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        return [Skill(bindings.service(Service.SKILLS, SkillSource).directory)]
+
+    return ToolDefinition(
+        name="skill",
+        build=build,
+        annotations={"Skill": READS},
+        requires=Service.SKILLS,
+    )
 
 
-def task_tools() -> list[ToolPlugin]:
-    """TaskCreate, TaskUpdate, TaskGet and TaskList over each loop's task graph."""
-    return [TaskCreate(), TaskUpdate(), TaskGet(), TaskList()]
+def task_definition() -> ToolDefinition:
+    """A bundle: TaskCreate, TaskUpdate, TaskGet and TaskList over one task graph, fresh for
+    every loop."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        graph = TaskGraph()
+        return [TaskCreate(graph), TaskUpdate(graph), TaskGet(graph), TaskList(graph)]
+
+    return ToolDefinition(
+        name="tasks",
+        build=build,
+        annotations={
+            "TaskCreate": ToolAnnotations(),
+            "TaskUpdate": ToolAnnotations(),
+            "TaskGet": READS,
+            "TaskList": READS,
+        },
+        scope=BuildScope.LOOP,
+    )
 
 
-def fetch_tools(allow_networks: list[str]) -> list[ToolPlugin]:
-    """Fetch, which may reach internal addresses only inside `allow_networks` (CIDRs)."""
-    return [Fetch(allow_networks)]
+def fetch_definition() -> ToolDefinition:
+    """Fetch, through the server's network client and its address policy."""
+
+    def build(bindings: Bindings) -> list[ToolPlugin]:
+        return [Fetch(bindings.service(Service.NETWORK, HttpAccess))]
+
+    return ToolDefinition(
+        name="fetch",
+        build=build,
+        annotations={"Fetch": ToolAnnotations(open_world=True)},
+        requires=Service.NETWORK,
+    )
+
+
+def builtin_definitions(ask_timeout_seconds: float, headless: bool) -> list[ToolDefinition]:
+    """Every family callgate ships, in the order ListTools used to list them by."""
+    return [
+        file_definition(),
+        search_definition(),
+        command_definition(),
+        process_definition(),
+        ask_definition(ask_timeout_seconds, headless),
+        fetch_definition(),
+        skill_definition(),
+        task_definition(),
+    ]

@@ -14,12 +14,10 @@ import codecs
 import hashlib
 import hmac
 import http
-import ipaddress
 import re
 import secrets
 import ssl
 import urllib.parse
-from collections.abc import Iterable
 from typing import Annotated, ClassVar, Literal
 
 import anyio
@@ -31,16 +29,7 @@ from callgate.server.core.models import Requirement, RequirementKind, RuleCandid
 from callgate.server.core.preview import bounded
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
-from .network import (
-    IPAddress,
-    IPNetwork,
-    PinnedBackend,
-    Resolver,
-    Target,
-    address_refused,
-    bare_host,
-    system_resolver,
-)
+from .network import HttpAccess, IPAddress, NetworkRefused, Target, bare_host
 
 URL_MAX_BYTES = 8 << 10
 BODY_MAX_BYTES = 1 << 20
@@ -137,23 +126,13 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
     artifact: ClassVar[type[Artifact]] = FetchArtifact
     requirement_kinds: ClassVar[tuple[str, ...]] = (RequirementKind.NETWORK.value,)
 
-    def __init__(
-        self,
-        allow_networks: Iterable[str] = (),
-        *,
-        resolver: Resolver | None = None,
-        backend: httpcore.AsyncNetworkBackend | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self._allowed: tuple[IPNetwork, ...] = tuple(
-            ipaddress.ip_network(n, strict=False) for n in allow_networks
-        )
-        self._resolver = resolver or system_resolver
-        self._backend = backend or httpcore.AnyIOBackend()
+    def __init__(self, http: HttpAccess) -> None:
+        """`http` is the server's network client (`Service.NETWORK`), whose address policy
+        every request of this tool obeys."""
+        self._http = http
         # Keys the credential fingerprints: stable for one server run (the same token shows the
         # same fingerprint in every call), useless for guessing a short secret offline.
         self._fingerprint_key = secrets.token_bytes(32)
-        self._ssl_context = ssl_context
 
     def prepare_args(self, args: FetchArguments, ctx: ToolContext) -> Prepared:
         if len(args.url.encode()) > URL_MAX_BYTES:
@@ -237,32 +216,22 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
     async def _pin(self, target: Target, where: str) -> IPAddress | ToolResult:
         """The one address this call connects to, or the error result refusing it."""
         try:
-            addresses: list[IPAddress] = [ipaddress.ip_address(bare_host(target.host))]
-        except ValueError:
-            try:
-                addresses = await self._resolver(target.host, target.port)
-            except OSError:
-                addresses = []
-        if not addresses:
-            return ToolResult.error("dns_failed", f"{where}: the host name did not resolve.")
-        if any(address_refused(a, self._allowed) for a in addresses):
-            return ToolResult.error(
-                "address_refused",
-                f"{where}: the host resolves to an internal address, which Fetch may not "
-                "reach (see fetch.allow_networks).",
-            )
-        return addresses[0]
+            return await self._http.pin(target.host, target.port)
+        except NetworkRefused as refused:
+            if refused.code == "address_refused":
+                return ToolResult.error(
+                    "address_refused",
+                    f"{where}: the host resolves to an internal address, which Fetch may not "
+                    "reach (see fetch.allow_networks).",
+                )
+            return ToolResult.error(refused.code, f"{where}: {refused.message}")
 
     async def _exchange(
         self, artifact: FetchArtifact, target: Target, address: IPAddress, where: str
     ) -> ToolResult:
         method = artifact.method
         body = artifact.body.encode() if artifact.body is not None else None
-        backend = PinnedBackend(address, self._backend)
-        context = self._ssl_context or ssl.create_default_context()
-        async with httpcore.AsyncConnectionPool(
-            ssl_context=context, network_backend=backend, retries=0
-        ) as pool:
+        async with self._http.pool(address) as pool:
             for _ in range(MAX_REDIRECTS + 1):
                 headers = [("Host", target.host_header), *artifact.headers]
                 if body is not None:

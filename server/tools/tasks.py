@@ -107,6 +107,13 @@ def _refused(error: TaskGraphError) -> ToolResult:
 # TaskCreate ----------------------------------------------------------------------------------
 
 
+class _OverGraph:
+    """A task tool works on the one task graph its bundle was built with: one per loop."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.graph = graph
+
+
 class TaskCreateArguments(Arguments):
     subject: str = Field(
         min_length=1, description=f"What the task is, briefly (at most {SUBJECT_MAX_BYTES} bytes)."
@@ -139,7 +146,7 @@ class TaskCreateArtifact(Artifact):
     metadata_json: str
 
 
-class TaskCreate(Tool[TaskCreateArguments, TaskCreateArtifact]):
+class TaskCreate(_OverGraph, Tool[TaskCreateArguments, TaskCreateArtifact]):
     name: ClassVar[str] = "TaskCreate"
     description: ClassVar[str] = (
         "Add a task to this loop's task list. It starts 'pending' and gets an ID (t1, t2, ...). "
@@ -167,7 +174,7 @@ class TaskCreate(Tool[TaskCreateArguments, TaskCreateArtifact]):
         )
 
     async def run(self, artifact: TaskCreateArtifact, ctx: ToolContext) -> ToolResult:
-        graph = ctx.loop.tasks
+        graph = self.graph
         try:
             task = graph.create(
                 TaskDraft(
@@ -221,7 +228,7 @@ class TaskUpdateArtifact(Artifact):
     metadata_json: str | None = None
 
 
-class TaskUpdate(Tool[TaskUpdateArguments, TaskUpdateArtifact]):
+class TaskUpdate(_OverGraph, Tool[TaskUpdateArguments, TaskUpdateArtifact]):
     name: ClassVar[str] = "TaskUpdate"
     description: ClassVar[str] = (
         "Change a task: give its `id` and only the fields to change. `add_blocked_by` / "
@@ -282,7 +289,7 @@ class TaskUpdate(Tool[TaskUpdateArguments, TaskUpdateArtifact]):
         )
 
     async def run(self, artifact: TaskUpdateArtifact, ctx: ToolContext) -> ToolResult:
-        graph = ctx.loop.tasks
+        graph = self.graph
         try:
             if artifact.delete:
                 deletion = graph.delete(artifact.id)
@@ -327,7 +334,7 @@ class TaskGetArtifact(Artifact):
     id: str
 
 
-class TaskGet(Tool[TaskGetArguments, TaskGetArtifact]):
+class TaskGet(_OverGraph, Tool[TaskGetArguments, TaskGetArtifact]):
     name: ClassVar[str] = "TaskGet"
     answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
@@ -344,7 +351,7 @@ class TaskGet(Tool[TaskGetArguments, TaskGetArtifact]):
         )
 
     async def run(self, artifact: TaskGetArtifact, ctx: ToolContext) -> ToolResult:
-        graph = ctx.loop.tasks
+        graph = self.graph
         try:
             task = graph.get(artifact.id)
         except TaskGraphError as error:
@@ -365,7 +372,7 @@ class TaskListArtifact(Artifact):
     status: TaskStatus | None
 
 
-class TaskList(Tool[TaskListArguments, TaskListArtifact]):
+class TaskList(_OverGraph, Tool[TaskListArguments, TaskListArtifact]):
     name: ClassVar[str] = "TaskList"
     answer_only: ClassVar[bool] = True
     description: ClassVar[str] = (
@@ -386,7 +393,7 @@ class TaskList(Tool[TaskListArguments, TaskListArtifact]):
         )
 
     async def run(self, artifact: TaskListArtifact, ctx: ToolContext) -> ToolResult:
-        graph = ctx.loop.tasks
+        graph = self.graph
         tasks = graph.tasks(artifact.status)
         listed = [
             {

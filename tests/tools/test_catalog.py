@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 
-from callgate.server.tools.catalog import file_tools
+from callgate.server.core.definitions import Service
+from callgate.server.tools.catalog import file_definition, search_definition
 from callgate.server.tools.registry import ToolRegistry
 from callgate.server.tools.search.grep_tool import Grep
+from callgate.server.tools.services import HelperSandbox
 
 
 def test_file_tools_are_the_five_file_tools_and_register() -> None:
     """ReadFile, WriteFile, EditFile, Glob and Grep register under their names."""
-    registry = ToolRegistry(file_tools(None))
+    registry = ToolRegistry(
+        [file_definition(), search_definition()], {Service.HELPERS: HelperSandbox(None)}
+    )
     infos = registry.infos()
     assert [info.name for info in infos] == ["EditFile", "Glob", "Grep", "ReadFile", "WriteFile"]
     kinds = {info.name: info.requirement_kinds for info in infos}
@@ -31,5 +35,10 @@ def test_grep_runs_ripgrep_only_when_it_can_confine_it() -> None:
         ("/usr/bin/rg", None, None),
         (None, "/usr/bin/bwrap", None),
     ]:
-        [grep] = [tool for tool in file_tools(rg_path, bwrap) if isinstance(tool, Grep)]
+        services = {Service.HELPERS: HelperSandbox(rg_path, bwrap)}
+        [grep] = [
+            tool
+            for tool in search_definition().build_for("s", "l", services)
+            if isinstance(tool, Grep)
+        ]
         assert grep.rg_path == expected

@@ -13,7 +13,7 @@ import pytest
 
 from callgate.server.core.tool import ToolContext
 from callgate.server.tools.fetch import Fetch
-from callgate.server.tools.network import IPAddress, address_refused
+from callgate.server.tools.network import HttpAccess, IPAddress, address_refused
 from tests.support.http_server import BIG_BODY_BYTES, WebServer, self_signed, web_server
 from tests.tools.drive import execute, invalid_field, make_context
 
@@ -73,7 +73,9 @@ def backend() -> RecordingBackend:
 
 
 def loopback_fetch(backend: RecordingBackend, resolver: FixedResolver | None = None) -> Fetch:
-    return Fetch(LOOPBACK, resolver=resolver or FixedResolver("127.0.0.1"), backend=backend)
+    return Fetch(
+        HttpAccess(LOOPBACK, resolver=resolver or FixedResolver("127.0.0.1"), backend=backend)
+    )
 
 
 def body_json(text: str) -> dict[str, object]:
@@ -104,7 +106,7 @@ def test_prepare_canonicalizes_the_url_into_a_network_requirement(
     ctx: ToolContext, url: str, match: str
 ) -> None:
     """Hosts are lower-cased, IDNA-encoded, numeric forms dotted and IPv6 compressed."""
-    prepared = Fetch().prepare({"url": url}, ctx)
+    prepared = Fetch(HttpAccess()).prepare({"url": url}, ctx)
     (requirement,) = prepared.requirements
     assert (requirement.kind, requirement.scope, requirement.match) == ("network", "", match)
     authority = match.removeprefix("tcp://")
@@ -115,7 +117,7 @@ def test_prepare_canonicalizes_the_url_into_a_network_requirement(
 
 def test_summary_never_shows_path_or_query(ctx: ToolContext) -> None:
     """The summary and requirement carry method and host:port only."""
-    prepared = Fetch().prepare(
+    prepared = Fetch(HttpAccess()).prepare(
         {"url": "https://example.com/private/path?token=secret", "method": "POST", "body": "x"},
         ctx,
     )
@@ -176,7 +178,7 @@ def test_bad_arguments_are_refused_at_prepare_with_the_field(
     ctx: ToolContext, raw: dict[str, object], field: str
 ) -> None:
     """Invalid input is ARGUMENTS_INVALID naming the field, before anything is resolved."""
-    assert invalid_field(Fetch(), raw, ctx) == field
+    assert invalid_field(Fetch(HttpAccess()), raw, ctx) == field
 
 
 # Refused addresses ---------------------------------------------------------------------------
@@ -207,7 +209,7 @@ async def test_internal_addresses_are_refused_before_any_connection(
 ) -> None:
     """A name resolving to an internal address is refused; no socket is ever dialled."""
     resolver = FixedResolver(address)
-    tool = Fetch(resolver=resolver, backend=backend)
+    tool = Fetch(HttpAccess(resolver=resolver, backend=backend))
     result = await execute(tool, {"url": "http://internal.test/a?token=secret"}, ctx)
     assert result.is_error
     assert result.error_code == "address_refused"
@@ -221,7 +223,7 @@ async def test_one_internal_address_among_public_ones_refuses_the_call(
     ctx: ToolContext, backend: RecordingBackend
 ) -> None:
     """Every resolved address must be acceptable, not just the first."""
-    tool = Fetch(resolver=FixedResolver("93.184.216.34", "10.0.0.1"), backend=backend)
+    tool = Fetch(HttpAccess(resolver=FixedResolver("93.184.216.34", "10.0.0.1"), backend=backend))
     result = await execute(tool, {"url": "http://mixed.test/"}, ctx)
     assert result.error_code == "address_refused"
     assert backend.dialled == []
@@ -235,7 +237,7 @@ async def test_literal_internal_addresses_are_refused_without_allow_networks(
 ) -> None:
     """An IP literal in any numeric form is checked like a resolved one, with no lookup."""
     resolver = FixedResolver("8.8.8.8")
-    result = await execute(Fetch(resolver=resolver, backend=backend), {"url": url}, ctx)
+    result = await execute(Fetch(HttpAccess(resolver=resolver, backend=backend)), {"url": url}, ctx)
     assert result.error_code == "address_refused"
     assert resolver.lookups == []
     assert backend.dialled == []
@@ -245,7 +247,7 @@ async def test_unresolvable_names_are_dns_failed(
     ctx: ToolContext, backend: RecordingBackend
 ) -> None:
     """No address means dns_failed, naming method and host:port only."""
-    tool = Fetch(resolver=FixedResolver(), backend=backend)
+    tool = Fetch(HttpAccess(resolver=FixedResolver(), backend=backend))
     result = await execute(tool, {"url": "https://nowhere.test/x?token=secret"}, ctx)
     assert result.error_code == "dns_failed"
     assert "GET nowhere.test:443" in result.text
@@ -472,10 +474,12 @@ async def test_tls_verifies_the_certificate_against_the_url_host(
     """Dialling the pinned IP still checks the certificate (and SNI) for the host name."""
     backend = RecordingBackend()
     tool = Fetch(
-        LOOPBACK,
-        resolver=FixedResolver("127.0.0.1"),
-        backend=backend,
-        ssl_context=trusting(certificate),
+        HttpAccess(
+            LOOPBACK,
+            resolver=FixedResolver("127.0.0.1"),
+            backend=backend,
+            ssl_context=trusting(certificate),
+        )
     )
     url = tls_web.url("/echo", host="pinned.test", scheme="https")
     result = await execute(tool, {"url": url}, ctx)
@@ -488,10 +492,12 @@ async def test_tls_refuses_a_certificate_for_another_name(
 ) -> None:
     """The same server reached under a name its certificate lacks is tls_failed."""
     tool = Fetch(
-        LOOPBACK,
-        resolver=FixedResolver("127.0.0.1"),
-        backend=RecordingBackend(),
-        ssl_context=trusting(certificate),
+        HttpAccess(
+            LOOPBACK,
+            resolver=FixedResolver("127.0.0.1"),
+            backend=RecordingBackend(),
+            ssl_context=trusting(certificate),
+        )
     )
     url = tls_web.url("/echo?token=secret", host="other.test", scheme="https")
     result = await execute(tool, {"url": url}, ctx)
@@ -542,7 +548,7 @@ class RefusingBackend(RecordingBackend):
 async def test_allow_networks_lets_an_internal_address_be_dialled(ctx: ToolContext) -> None:
     """An address inside fetch.allow_networks is dialled (pinned) instead of refused."""
     backend = RefusingBackend()
-    tool = Fetch(["10.0.0.0/8"], resolver=FixedResolver("10.0.0.1"), backend=backend)
+    tool = Fetch(HttpAccess(["10.0.0.0/8"], resolver=FixedResolver("10.0.0.1"), backend=backend))
     result = await execute(tool, {"url": "http://intranet.test/?token=secret"}, ctx)
     assert result.error_code == "connect_failed"
     assert backend.dialled == [("10.0.0.1", 80)]
@@ -563,6 +569,6 @@ async def test_the_system_resolver_is_used_by_default(
     ctx: ToolContext, backend: RecordingBackend
 ) -> None:
     """`localhost` resolves through the system resolver to loopback, which is refused."""
-    result = await execute(Fetch(backend=backend), {"url": "http://localhost:1/"}, ctx)
+    result = await execute(Fetch(HttpAccess(backend=backend)), {"url": "http://localhost:1/"}, ctx)
     assert result.error_code == "address_refused"
     assert backend.dialled == []

@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from callgate.server.core.definitions import Service
 from callgate.server.core.errors import InvalidArgument, ResourceExhausted
 from callgate.server.core.models import ToolResult
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths, Workspace
@@ -28,7 +29,7 @@ from callgate.server.core.tool import LoopState, ToolContext, ToolLimits, ToolPl
 from callgate.server.sandbox.bwrap import BwrapRunner
 from callgate.server.sandbox.runner import CommandRunner, CommandSpec, RunningCommand
 from callgate.server.sandbox.unconfined import UnconfinedRunner
-from callgate.server.tools.catalog import process_tools
+from callgate.server.tools.catalog import process_definition
 from callgate.server.tools.processes.process_tools import (
     ProcessInput,
     ProcessOutput,
@@ -576,7 +577,7 @@ async def test_closing_the_session_terminates_every_tree(tmp_path: Path, sandbox
 def test_process_tools_register_with_described_schemas() -> None:
     """ProcessOutput, ProcessInput and ProcessStop register; only ProcessInput emits a
     requirement kind (process.input); every argument is described for the model."""
-    registry = ToolRegistry(process_tools(ProcessServices()))
+    registry = ToolRegistry([process_definition()], {Service.PROCESSES: ProcessServices()})
     infos = {info.name: info for info in registry.infos()}
     assert sorted(infos) == ["ProcessInput", "ProcessOutput", "ProcessStop"]
     assert infos["ProcessInput"].requirement_kinds == ("process.input",)

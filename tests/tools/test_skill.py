@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from callgate.server.core.definitions import Service
 from callgate.server.core.errors import InvalidArgument
 from callgate.server.core.models import RuleCandidate
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths, Workspace
 from callgate.server.core.tool import SessionDescribed, ToolContext
-from callgate.server.tools.catalog import skill_tools
+from callgate.server.tools.catalog import skill_definition
 from callgate.server.tools.registry import ToolRegistry
+from callgate.server.tools.services import SkillSource
 from callgate.server.tools.skill import (
     MAX_DESCRIPTION_CHARS,
     MAX_LISTED_SKILLS,
@@ -330,8 +332,9 @@ def test_the_listing_is_capped(skills: Path, workspace: Path) -> None:
 def test_the_registry_describes_skill_per_workspace(skills: Path, workspace: Path) -> None:
     """ToolRegistry.infos(workspace) uses describe(); without a workspace, the static text."""
     write_skill(skills, "deploy", skill_text("deploy", "Ship it."))
-    registry = ToolRegistry(skill_tools(None))
-    (tool,) = skill_tools(None)
+    services = {Service.SKILLS: SkillSource(None)}
+    registry = ToolRegistry([skill_definition()], services)
+    (tool,) = skill_definition().build_for("s", "l", services)
     assert isinstance(tool, SessionDescribed)
     ws = Workspace(str(workspace), ProtectedPaths(DEFAULT_DENIED_GLOBS))
     (info,) = registry.infos(ws)

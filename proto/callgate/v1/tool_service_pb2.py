@@ -28,7 +28,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63\x61llgate/v1/tool_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x19\x63\x61llgate/v1/session.proto\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"\x93\x01\n\x12OpenSessionRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12;\n\x06labels\x18\x02 \x03(\x0b\x32+.callgate.v1.OpenSessionRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x13OpenSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\"%\n\x0fOpenLoopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"#\n\x10OpenLoopResponse\x12\x0f\n\x07loop_id\x18\x01 \x01(\t\"&\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolInfo\"c\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11input_schema_json\x18\x03 \x01(\t\x12\x19\n\x11requirement_kinds\x18\x04 \x03(\t\"\xae\x01\n\x0ePrepareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07loop_id\x18\x02 \x01(\t\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08\x65valuate\x18\x06 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x07 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x08 \x01(\t\"6\n\x0fPrepareResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"c\n\x0e\x41pproveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"6\n\x0f\x41pproveResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"M\n\rInvokeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"^\n\x0eInvokeResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.callgate.v1.ToolResult\"S\n\x13InvokeStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"v\n\x14InvokeStreamResponse\x12*\n\x06output\x18\x01 \x01(\x0b\x32\x18.callgate.v1.OutputChunkH\x00\x12)\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x15.callgate.v1.ToolCallH\x00\x42\x07\n\x05\x65vent\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\":\n\x0eGetCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"6\n\x0fGetCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"&\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListCallsResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"=\n\x11\x43\x61ncelCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"9\n\x12\x43\x61ncelCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"<\n\x10WatchCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"8\n\x11WatchCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"\xa0\x02\n\x0f\x45xchangeRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07prepare\x18\x02 \x01(\x0b\x32\x1b.callgate.v1.PrepareRequestH\x00\x12.\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1b.callgate.v1.ApproveRequestH\x00\x12,\n\x06invoke\x18\x04 \x01(\x0b\x32\x1a.callgate.v1.InvokeRequestH\x00\x12/\n\x08get_call\x18\x05 \x01(\x0b\x32\x1b.callgate.v1.GetCallRequestH\x00\x12\x35\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1e.callgate.v1.CancelCallRequestH\x00\x42\x0b\n\toperation\"\xc9\x02\n\x10\x45xchangeResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12/\n\x07prepare\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PrepareResponseH\x00\x12/\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1c.callgate.v1.ApproveResponseH\x00\x12-\n\x06invoke\x18\x04 \x01(\x0b\x32\x1b.callgate.v1.InvokeResponseH\x00\x12\x30\n\x08get_call\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.GetCallResponseH\x00\x12\x36\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1f.callgate.v1.CancelCallResponseH\x00\x12#\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\xba\x08\n\x0bToolService\x12P\n\x0bOpenSession\x12\x1f.callgate.v1.OpenSessionRequest\x1a .callgate.v1.OpenSessionResponse\x12S\n\x0c\x43loseSession\x12 .callgate.v1.CloseSessionRequest\x1a!.callgate.v1.CloseSessionResponse\x12M\n\nGetSession\x12\x1e.callgate.v1.GetSessionRequest\x1a\x1f.callgate.v1.GetSessionResponse\x12G\n\x08OpenLoop\x12\x1c.callgate.v1.OpenLoopRequest\x1a\x1d.callgate.v1.OpenLoopResponse\x12J\n\tListTools\x12\x1d.callgate.v1.ListToolsRequest\x1a\x1e.callgate.v1.ListToolsResponse\x12\x44\n\x07Prepare\x12\x1b.callgate.v1.PrepareRequest\x1a\x1c.callgate.v1.PrepareResponse\x12\x44\n\x07\x41pprove\x12\x1b.callgate.v1.ApproveRequest\x1a\x1c.callgate.v1.ApproveResponse\x12\x41\n\x06Invoke\x12\x1a.callgate.v1.InvokeRequest\x1a\x1b.callgate.v1.InvokeResponse\x12U\n\x0cInvokeStream\x12 .callgate.v1.InvokeStreamRequest\x1a!.callgate.v1.InvokeStreamResponse0\x01\x12\x44\n\x07GetCall\x12\x1b.callgate.v1.GetCallRequest\x1a\x1c.callgate.v1.GetCallResponse\x12J\n\tListCalls\x12\x1d.callgate.v1.ListCallsRequest\x1a\x1e.callgate.v1.ListCallsResponse\x12M\n\nCancelCall\x12\x1e.callgate.v1.CancelCallRequest\x1a\x1f.callgate.v1.CancelCallResponse\x12L\n\tWatchCall\x12\x1d.callgate.v1.WatchCallRequest\x1a\x1e.callgate.v1.WatchCallResponse0\x01\x12K\n\x08\x45xchange\x12\x1c.callgate.v1.ExchangeRequest\x1a\x1d.callgate.v1.ExchangeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63\x61llgate/v1/tool_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x19\x63\x61llgate/v1/session.proto\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"\x93\x01\n\x12OpenSessionRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12;\n\x06labels\x18\x02 \x03(\x0b\x32+.callgate.v1.OpenSessionRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x13OpenSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\"%\n\x0fOpenLoopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"#\n\x10OpenLoopResponse\x12\x0f\n\x07loop_id\x18\x01 \x01(\t\"&\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolInfo\"\x96\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11input_schema_json\x18\x03 \x01(\t\x12\x19\n\x11requirement_kinds\x18\x04 \x03(\t\x12\x31\n\x0b\x61nnotations\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.ToolAnnotations\"a\n\x0fToolAnnotations\x12\x11\n\tread_only\x18\x01 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x02 \x01(\x08\x12\x12\n\nidempotent\x18\x03 \x01(\x08\x12\x12\n\nopen_world\x18\x04 \x01(\x08\"\xae\x01\n\x0ePrepareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07loop_id\x18\x02 \x01(\t\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08\x65valuate\x18\x06 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x07 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x08 \x01(\t\"6\n\x0fPrepareResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"c\n\x0e\x41pproveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"6\n\x0f\x41pproveResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"M\n\rInvokeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"^\n\x0eInvokeResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.callgate.v1.ToolResult\"S\n\x13InvokeStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"v\n\x14InvokeStreamResponse\x12*\n\x06output\x18\x01 \x01(\x0b\x32\x18.callgate.v1.OutputChunkH\x00\x12)\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x15.callgate.v1.ToolCallH\x00\x42\x07\n\x05\x65vent\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\":\n\x0eGetCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"6\n\x0fGetCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"&\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListCallsResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"=\n\x11\x43\x61ncelCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"9\n\x12\x43\x61ncelCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"<\n\x10WatchCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"8\n\x11WatchCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"\xa0\x02\n\x0f\x45xchangeRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07prepare\x18\x02 \x01(\x0b\x32\x1b.callgate.v1.PrepareRequestH\x00\x12.\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1b.callgate.v1.ApproveRequestH\x00\x12,\n\x06invoke\x18\x04 \x01(\x0b\x32\x1a.callgate.v1.InvokeRequestH\x00\x12/\n\x08get_call\x18\x05 \x01(\x0b\x32\x1b.callgate.v1.GetCallRequestH\x00\x12\x35\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1e.callgate.v1.CancelCallRequestH\x00\x42\x0b\n\toperation\"\xc9\x02\n\x10\x45xchangeResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12/\n\x07prepare\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PrepareResponseH\x00\x12/\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1c.callgate.v1.ApproveResponseH\x00\x12-\n\x06invoke\x18\x04 \x01(\x0b\x32\x1b.callgate.v1.InvokeResponseH\x00\x12\x30\n\x08get_call\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.GetCallResponseH\x00\x12\x36\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1f.callgate.v1.CancelCallResponseH\x00\x12#\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\xba\x08\n\x0bToolService\x12P\n\x0bOpenSession\x12\x1f.callgate.v1.OpenSessionRequest\x1a .callgate.v1.OpenSessionResponse\x12S\n\x0c\x43loseSession\x12 .callgate.v1.CloseSessionRequest\x1a!.callgate.v1.CloseSessionResponse\x12M\n\nGetSession\x12\x1e.callgate.v1.GetSessionRequest\x1a\x1f.callgate.v1.GetSessionResponse\x12G\n\x08OpenLoop\x12\x1c.callgate.v1.OpenLoopRequest\x1a\x1d.callgate.v1.OpenLoopResponse\x12J\n\tListTools\x12\x1d.callgate.v1.ListToolsRequest\x1a\x1e.callgate.v1.ListToolsResponse\x12\x44\n\x07Prepare\x12\x1b.callgate.v1.PrepareRequest\x1a\x1c.callgate.v1.PrepareResponse\x12\x44\n\x07\x41pprove\x12\x1b.callgate.v1.ApproveRequest\x1a\x1c.callgate.v1.ApproveResponse\x12\x41\n\x06Invoke\x12\x1a.callgate.v1.InvokeRequest\x1a\x1b.callgate.v1.InvokeResponse\x12U\n\x0cInvokeStream\x12 .callgate.v1.InvokeStreamRequest\x1a!.callgate.v1.InvokeStreamResponse0\x01\x12\x44\n\x07GetCall\x12\x1b.callgate.v1.GetCallRequest\x1a\x1c.callgate.v1.GetCallResponse\x12J\n\tListCalls\x12\x1d.callgate.v1.ListCallsRequest\x1a\x1e.callgate.v1.ListCallsResponse\x12M\n\nCancelCall\x12\x1e.callgate.v1.CancelCallRequest\x1a\x1f.callgate.v1.CancelCallResponse\x12L\n\tWatchCall\x12\x1d.callgate.v1.WatchCallRequest\x1a\x1e.callgate.v1.WatchCallResponse0\x01\x12K\n\x08\x45xchange\x12\x1c.callgate.v1.ExchangeRequest\x1a\x1d.callgate.v1.ExchangeResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -59,46 +59,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTOOLSREQUEST']._serialized_end=655
   _globals['_LISTTOOLSRESPONSE']._serialized_start=657
   _globals['_LISTTOOLSRESPONSE']._serialized_end=714
-  _globals['_TOOLINFO']._serialized_start=716
-  _globals['_TOOLINFO']._serialized_end=815
-  _globals['_PREPAREREQUEST']._serialized_start=818
-  _globals['_PREPAREREQUEST']._serialized_end=992
-  _globals['_PREPARERESPONSE']._serialized_start=994
-  _globals['_PREPARERESPONSE']._serialized_end=1048
-  _globals['_APPROVEREQUEST']._serialized_start=1050
-  _globals['_APPROVEREQUEST']._serialized_end=1149
-  _globals['_APPROVERESPONSE']._serialized_start=1151
-  _globals['_APPROVERESPONSE']._serialized_end=1205
-  _globals['_INVOKEREQUEST']._serialized_start=1207
-  _globals['_INVOKEREQUEST']._serialized_end=1284
-  _globals['_INVOKERESPONSE']._serialized_start=1286
-  _globals['_INVOKERESPONSE']._serialized_end=1380
-  _globals['_INVOKESTREAMREQUEST']._serialized_start=1382
-  _globals['_INVOKESTREAMREQUEST']._serialized_end=1465
-  _globals['_INVOKESTREAMRESPONSE']._serialized_start=1467
-  _globals['_INVOKESTREAMRESPONSE']._serialized_end=1585
-  _globals['_OUTPUTCHUNK']._serialized_start=1587
-  _globals['_OUTPUTCHUNK']._serialized_end=1614
-  _globals['_GETCALLREQUEST']._serialized_start=1616
-  _globals['_GETCALLREQUEST']._serialized_end=1674
-  _globals['_GETCALLRESPONSE']._serialized_start=1676
-  _globals['_GETCALLRESPONSE']._serialized_end=1730
-  _globals['_LISTCALLSREQUEST']._serialized_start=1732
-  _globals['_LISTCALLSREQUEST']._serialized_end=1770
-  _globals['_LISTCALLSRESPONSE']._serialized_start=1772
-  _globals['_LISTCALLSRESPONSE']._serialized_end=1829
-  _globals['_CANCELCALLREQUEST']._serialized_start=1831
-  _globals['_CANCELCALLREQUEST']._serialized_end=1892
-  _globals['_CANCELCALLRESPONSE']._serialized_start=1894
-  _globals['_CANCELCALLRESPONSE']._serialized_end=1951
-  _globals['_WATCHCALLREQUEST']._serialized_start=1953
-  _globals['_WATCHCALLREQUEST']._serialized_end=2013
-  _globals['_WATCHCALLRESPONSE']._serialized_start=2015
-  _globals['_WATCHCALLRESPONSE']._serialized_end=2071
-  _globals['_EXCHANGEREQUEST']._serialized_start=2074
-  _globals['_EXCHANGEREQUEST']._serialized_end=2362
-  _globals['_EXCHANGERESPONSE']._serialized_start=2365
-  _globals['_EXCHANGERESPONSE']._serialized_end=2694
-  _globals['_TOOLSERVICE']._serialized_start=2697
-  _globals['_TOOLSERVICE']._serialized_end=3779
+  _globals['_TOOLINFO']._serialized_start=717
+  _globals['_TOOLINFO']._serialized_end=867
+  _globals['_TOOLANNOTATIONS']._serialized_start=869
+  _globals['_TOOLANNOTATIONS']._serialized_end=966
+  _globals['_PREPAREREQUEST']._serialized_start=969
+  _globals['_PREPAREREQUEST']._serialized_end=1143
+  _globals['_PREPARERESPONSE']._serialized_start=1145
+  _globals['_PREPARERESPONSE']._serialized_end=1199
+  _globals['_APPROVEREQUEST']._serialized_start=1201
+  _globals['_APPROVEREQUEST']._serialized_end=1300
+  _globals['_APPROVERESPONSE']._serialized_start=1302
+  _globals['_APPROVERESPONSE']._serialized_end=1356
+  _globals['_INVOKEREQUEST']._serialized_start=1358
+  _globals['_INVOKEREQUEST']._serialized_end=1435
+  _globals['_INVOKERESPONSE']._serialized_start=1437
+  _globals['_INVOKERESPONSE']._serialized_end=1531
+  _globals['_INVOKESTREAMREQUEST']._serialized_start=1533
+  _globals['_INVOKESTREAMREQUEST']._serialized_end=1616
+  _globals['_INVOKESTREAMRESPONSE']._serialized_start=1618
+  _globals['_INVOKESTREAMRESPONSE']._serialized_end=1736
+  _globals['_OUTPUTCHUNK']._serialized_start=1738
+  _globals['_OUTPUTCHUNK']._serialized_end=1765
+  _globals['_GETCALLREQUEST']._serialized_start=1767
+  _globals['_GETCALLREQUEST']._serialized_end=1825
+  _globals['_GETCALLRESPONSE']._serialized_start=1827
+  _globals['_GETCALLRESPONSE']._serialized_end=1881
+  _globals['_LISTCALLSREQUEST']._serialized_start=1883
+  _globals['_LISTCALLSREQUEST']._serialized_end=1921
+  _globals['_LISTCALLSRESPONSE']._serialized_start=1923
+  _globals['_LISTCALLSRESPONSE']._serialized_end=1980
+  _globals['_CANCELCALLREQUEST']._serialized_start=1982
+  _globals['_CANCELCALLREQUEST']._serialized_end=2043
+  _globals['_CANCELCALLRESPONSE']._serialized_start=2045
+  _globals['_CANCELCALLRESPONSE']._serialized_end=2102
+  _globals['_WATCHCALLREQUEST']._serialized_start=2104
+  _globals['_WATCHCALLREQUEST']._serialized_end=2164
+  _globals['_WATCHCALLRESPONSE']._serialized_start=2166
+  _globals['_WATCHCALLRESPONSE']._serialized_end=2222
+  _globals['_EXCHANGEREQUEST']._serialized_start=2225
+  _globals['_EXCHANGEREQUEST']._serialized_end=2513
+  _globals['_EXCHANGERESPONSE']._serialized_start=2516
+  _globals['_EXCHANGERESPONSE']._serialized_end=2845
+  _globals['_TOOLSERVICE']._serialized_start=2848
+  _globals['_TOOLSERVICE']._serialized_end=3930
 # @@protoc_insertion_point(module_scope)

@@ -250,6 +250,7 @@ class ToolInfo(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     INPUT_SCHEMA_JSON_FIELD_NUMBER: _builtins.int
     REQUIREMENT_KINDS_FIELD_NUMBER: _builtins.int
+    ANNOTATIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
     """What the tool does, written for a model."""
@@ -259,6 +260,13 @@ class ToolInfo(_message.Message):
     def requirement_kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The requirement kinds a call of this tool may carry."""
 
+    @_builtins.property
+    def annotations(self) -> Global___ToolAnnotations:
+        """What the tool's calls do, as its definition declares it: hints for clients that show or
+        sort tools (MCP's tool annotations). The gate decides on each call's requirements, never
+        on these.
+        """
+
     def __init__(
         self,
         *,
@@ -266,14 +274,49 @@ class ToolInfo(_message.Message):
         description: _builtins.str = ...,
         input_schema_json: _builtins.str = ...,
         requirement_kinds: _abc.Iterable[_builtins.str] | None = ...,
+        annotations: Global___ToolAnnotations | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema_json", b"input_schema_json", "name", b"name", "requirement_kinds", b"requirement_kinds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["annotations", b"annotations", "description", b"description", "input_schema_json", b"input_schema_json", "name", b"name", "requirement_kinds", b"requirement_kinds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolInfo: _TypeAlias = ToolInfo  # noqa: Y015
+
+@_typing.final
+class ToolAnnotations(_message.Message):
+    """ToolAnnotations are a tool's hints, as MCP's tool annotations name them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    DESTRUCTIVE_FIELD_NUMBER: _builtins.int
+    IDEMPOTENT_FIELD_NUMBER: _builtins.int
+    OPEN_WORLD_FIELD_NUMBER: _builtins.int
+    read_only: _builtins.bool
+    """The tool changes nothing outside the server (it reads, or asks)."""
+    destructive: _builtins.bool
+    """The tool may delete or overwrite (meaningful when it is not read-only)."""
+    idempotent: _builtins.bool
+    """Calling it twice with the same arguments has no further effect."""
+    open_world: _builtins.bool
+    """The tool reaches beyond the workspace (the network, other programs)."""
+    def __init__(
+        self,
+        *,
+        read_only: _builtins.bool = ...,
+        destructive: _builtins.bool = ...,
+        idempotent: _builtins.bool = ...,
+        open_world: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destructive", b"destructive", "idempotent", b"idempotent", "open_world", b"open_world", "read_only", b"read_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolAnnotations: _TypeAlias = ToolAnnotations  # noqa: Y015
 
 @_typing.final
 class PrepareRequest(_message.Message):
