@@ -38,6 +38,7 @@ from .definitions import BuildScope
 from .errors import (
     CallgateError,
     FailedPrecondition,
+    InternalError,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
@@ -277,6 +278,15 @@ class Lifecycle:
         ctx = self._context(session, loop, None)
         prepared = tool.prepare(raw, ctx)
         del raw
+        undeclared = {r.kind for r in prepared.requirements} - set(tool.requirement_kinds)
+        if undeclared:
+            # A tool (a plugin, most likely) asking for more than ListTools says it may: a bug
+            # in the tool, and nothing of the call is kept.
+            log.error(
+                "a tool asked for requirement kinds it does not declare",
+                extra={"detail": f"{tool.name}: {', '.join(sorted(undeclared))[:200]}"},
+            )
+            raise InternalError()
         size = open_bytes(arguments_json, prepared)
         self._make_room(self.retention.check(session.session_id, size))
         now = self.clock.now()

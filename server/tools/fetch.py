@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import http
 import re
-import secrets
 import ssl
 import urllib.parse
 from typing import Annotated, ClassVar, Literal
@@ -130,9 +129,6 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
         """`http` is the server's network client (`Service.NETWORK`), whose address policy
         every request of this tool obeys."""
         self._http = http
-        # Keys the credential fingerprints: stable for one server run (the same token shows the
-        # same fingerprint in every call), useless for guessing a short secret offline.
-        self._fingerprint_key = secrets.token_bytes(32)
 
     def prepare_args(self, args: FetchArguments, ctx: ToolContext) -> Prepared:
         if len(args.url.encode()) > URL_MAX_BYTES:
@@ -188,7 +184,7 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
             if len(value) > PREVIEW_VALUE_CHARS:
                 value = f"{value[:PREVIEW_VALUE_CHARS]}… ({len(value)} characters)"
             return f"{name}: {value}"
-        digest = hmac.new(self._fingerprint_key, value.encode(), hashlib.sha256).hexdigest()
+        digest = hmac.new(self._http.credential_key, value.encode(), hashlib.sha256).hexdigest()
         if lowered == "cookie":
             names = [part.split("=", 1)[0].strip() for part in value.split(";") if part.strip()]
             shown = "cookies " + ", ".join(n[:64] for n in names[:16])

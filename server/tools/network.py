@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import secrets
 import socket
 import ssl
 import urllib.parse
@@ -292,6 +293,10 @@ class HttpAccess:
         self.resolver: Resolver = resolver or system_resolver
         self.backend: httpcore.AsyncNetworkBackend = backend or httpcore.AnyIOBackend()
         self.ssl_context = ssl_context
+        # Keys the fingerprints previews show of credentials a request would send: stable for
+        # one server run (the same token shows the same fingerprint in every session and loop),
+        # useless for guessing a short secret offline.
+        self.credential_key = secrets.token_bytes(32)
 
     async def pin(self, host: str, port: int) -> IPAddress:
         """The one address a request to `host:port` may connect to; NetworkRefused

@@ -77,6 +77,12 @@ async def test_credentials_show_their_scheme_and_fingerprint_never_their_value(
         assert shown not in first
     assert _fingerprint(first, "Authorization") == _fingerprint(again, "Authorization")
     assert _fingerprint(first, "Authorization") != _fingerprint(other, "Authorization")
+    # Every loop has a Fetch of its own (tools are built per loop): the key stays the server's,
+    # so an approver can tell the same credential in another session too.
+    elsewhere = await _preview(
+        harness, await open_session(harness.stub()), {"Authorization": TOKEN}
+    )
+    assert _fingerprint(first, "Authorization") == _fingerprint(elsewhere, "Authorization")
     await harness.app.lifecycle.journal.commit()
     for path in harness.state_dir.rglob("*"):
         if path.is_file():

@@ -178,6 +178,22 @@ async def test_a_kind_the_gate_does_not_know_is_denied_unless_configured(
     assert plugins.RUNS == ["q"]
 
 
+async def test_a_plugin_asking_for_more_than_it_declares_is_refused_at_prepare(
+    tmp_path: Path, site: Path
+) -> None:
+    """ListTools says what a tool's calls may need; a call that needs more is not kept."""
+    plugins.install_plugin(site, "echo", "tests.support.plugins:echo_undeclared")
+    async with serve(tmp_path, tools={"plugins": ["echo"]}) as harness:
+        stub = harness.stub()
+        session = await open_session(stub)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await prepare(stub, session, "Echo", {"value": "x"}, evaluate=True)
+        assert raised.value.code() == grpc.StatusCode.INTERNAL
+        listed = await stub.ListCalls(tpb.ListCallsRequest(session_id=session))
+        assert list(listed.calls) == []
+    assert plugins.RUNS == []
+
+
 def test_a_plugin_kind_may_not_take_the_name_of_callgates_own() -> None:
     with pytest.raises(ConfigError, match="callgate's own kind"):
         load_config(None, {"access": {"kinds": {"network": "allow"}}}, environ={})

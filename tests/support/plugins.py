@@ -76,22 +76,33 @@ class Echo(Tool[EchoArguments, EchoArtifact]):
         return ToolResult(text=artifact.value)
 
 
-def _echo(kind: str) -> ToolDefinition:
+class EchoNetwork(Echo):
+    requirement_kinds: ClassVar[tuple[str, ...]] = ("network",)
+
+
+class EchoQuery(Echo):
+    requirement_kinds: ClassVar[tuple[str, ...]] = (PLUGIN_KIND,)
+
+
+def _echo(tool: type[Echo], kind: str) -> ToolDefinition:
     return ToolDefinition(
         name="echo",
-        build=lambda bindings: [Echo(kind)],
+        build=lambda bindings: [tool(kind)],
         annotations={"Echo": ToolAnnotations(read_only=True)},
     )
 
 
-echo = _echo("")
+echo = _echo(Echo, "")
 """A plugin whose calls need nothing: the policy approves them."""
 
-echo_network = _echo("network")
+echo_network = _echo(EchoNetwork, "network")
 """A plugin whose calls need a network requirement: gated by default."""
 
-echo_query = _echo(PLUGIN_KIND)
+echo_query = _echo(EchoQuery, PLUGIN_KIND)
 """A plugin whose calls need a kind of its own, which the gate knows only when configured."""
+
+echo_undeclared = _echo(Echo, "network")
+"""A plugin that asks for a network requirement while declaring none (ListTools says none)."""
 
 
 def _needs_network(bindings: Bindings) -> list[Echo]:
