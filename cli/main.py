@@ -158,7 +158,9 @@ def _call(args: argparse.Namespace) -> int:
             CallgateClient(target, token=token) as client,
             await client.open_session(args.workspace or "") as session,
         ):
-            result = await session.run(args.tool, args.arguments, wait=args.wait)
+            result = await session.run(
+                args.tool, args.arguments, wait=args.wait, on_gated=_say_waiting
+            )
             print(result.text)
             if result.is_error:
                 print(f"callgate: tool error: {result.error_code}", file=sys.stderr)
@@ -178,6 +180,24 @@ def _call(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+
+
+def _say_waiting(call: Any) -> None:
+    """One line on stderr while a gated `callgate call` waits for its approver."""
+    from .display import visible
+
+    deadline = call.expire_time
+    until = (
+        f"; denied at {deadline.astimezone(UTC):%H:%M:%S} UTC if nobody decides"
+        if deadline is not None
+        else ""
+    )
+    print(
+        f"callgate: waiting for an approver (callgate approvals or callgate console) to decide "
+        f"{visible(call.tool_name)} {visible(call.execution_id)}{until}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _client_error(exc: Exception) -> int:
@@ -589,8 +609,8 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     call.add_argument(
         "--wait",
         type=float,
-        default=300.0,
-        help="seconds to wait for a human approval (default 300)",
+        default=None,
+        help="seconds to wait for a human approval (default: until the server's approval deadline)",
     )
     call.set_defaults(func=_call)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self
@@ -269,6 +269,7 @@ class ClientSession:
         wait: float | None = None,
         loop_id: str = "",
         batch_id: str = "",
+        on_gated: Callable[[ToolCall], object] | None = None,
     ) -> ToolResult:
         """Prepares, approves and invokes a call, and returns its result.
 
@@ -279,6 +280,8 @@ class ClientSession:
         `is_error`, not an exception. Prepare and Invoke carry fresh request IDs, so the
         channel's retries never repeat an effect. Calls run concurrently for one model turn
         with the same `batch_id` (`new_batch_id()`) can be approved in one action.
+        `on_gated` is called once with the call when it waits for an approver (its
+        `expire_time` is when it is denied if nobody decides).
         """
         if wait is not None and wait < 0:
             raise ValueError("wait must be zero or more seconds")
@@ -300,6 +303,8 @@ class ClientSession:
                 evaluate=True,
                 batch_id=batch_id,
             )
+        if call.state is State.AWAITING_APPROVAL and on_gated is not None:
+            on_gated(call)
         call = await self._until_decided(call, wait)
         if call.state is State.DENIED:
             raise CallDeniedError(call)

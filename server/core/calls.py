@@ -183,6 +183,7 @@ class CallRecord:
             event.set()
 
 
-_EXPIRING = frozenset({State.PREPARED, State.APPROVED})
+# States whose snapshot shows `expire_time`: expiry, or (awaiting) the approval deadline.
+_EXPIRING = frozenset({State.PREPARED, State.APPROVED, State.AWAITING_APPROVAL})
 # A call in any other state has been decided (RUNNING and after imply APPROVED).
 _UNDECIDED = frozenset({State.PREPARED, State.AWAITING_APPROVAL})

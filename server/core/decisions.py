@@ -99,6 +99,7 @@ class CallDecisions:
         else:
             timeout = self.settings.approval_timeout_seconds
             record.deadline = self.clock.monotonic() + timeout
+            record.expire_time = now + timedelta(seconds=timeout)
             record.move(State.AWAITING_APPROVAL, now)
             record.on_unpending = self.resolve_pending
             # No approver watching is not a reason to deny: one may connect before the

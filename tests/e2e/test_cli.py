@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -109,6 +110,57 @@ def test_health_reports_serving(server_dir: Path) -> None:
     done = _cli("health", cwd=server_dir)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "SERVING"
+
+
+def test_a_gated_call_says_it_waits_and_waits_for_the_approver(server_dir: Path) -> None:
+    """`callgate call` of a gated write prints one line on stderr (who must decide, and the
+    deadline), then waits as long as the server's approval deadline, not a client default:
+    the terminal approver approves it, and the call runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
+    caller = subprocess.Popen(
+        [CALLGATE, "call", "WriteFile", '{"path": "new.txt", "content": "written\\n"}'],
+        cwd=server_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert caller.stderr is not None
+        line = _line(caller.stderr)
+        assert line.startswith("callgate: waiting for an approver"), line
+        assert "WriteFile" in line
+        assert "UTC if nobody decides" in line
+        console = subprocess.Popen(
+            [CALLGATE, "approvals", "--once"],
+            cwd=server_dir,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert console.stdin is not None
+        assert console.stdout is not None
+        shown = threading.Event()
+        stdout = console.stdout
+
+        def read() -> None:
+            for text in stdout:
+                if text.startswith("  deadline"):  # the call's last line, before the prompt
+                    shown.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert shown.wait(60), "the approver did not show the call"
+        console.stdin.write("o\n")
+        console.stdin.flush()
+        assert console.wait(timeout=60) == 0
+        _, err = caller.communicate(timeout=60)
+    finally:
+        if caller.poll() is None:
+            caller.kill()  # our own child
+    assert caller.returncode == 0, err
+    assert (server_dir / "new.txt").read_text() == "written\n"
+    assert err.count("\n") == 0  # the waiting line was the only one
 
 
 def test_bad_config_fails_with_one_line_naming_the_key(tmp_path: Path) -> None:

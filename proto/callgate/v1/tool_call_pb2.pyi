@@ -172,7 +172,9 @@ class ToolCall(_message.Message):
     def update_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
-        """When a PREPARED or APPROVED call becomes EXPIRED if it is not invoked; unset otherwise."""
+        """When a PREPARED or APPROVED call becomes EXPIRED if it is not invoked, and when a call
+        AWAITING_APPROVAL is denied (APPROVAL_TIMEOUT) if no approver decides it; unset otherwise.
+        """
 
     @_builtins.property
     def preview(self) -> Global___Preview:
