@@ -103,9 +103,17 @@ class Journal(Protocol):
         what an RPC acknowledges is in the journal before the answer leaves."""
         ...
 
+    def holds_execution(self, execution_id: str) -> bool:
+        """True when the journal has any event of the call `execution_id`, from this run or
+        an earlier one (an execution ID names one call, ever)."""
+        ...
+
 
 class NullJournal:
     """Records nothing: for tests of the core and servers run without a state directory."""
+
+    def holds_execution(self, execution_id: str) -> bool:
+        return False
 
     def record(
         self,

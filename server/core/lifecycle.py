@@ -261,7 +261,11 @@ class Lifecycle:
                 if record is not None:
                     self.decisions.refresh(record)
                     return record.snapshot()
-        if execution_id in self._calls_by_id:
+        if execution_id and (
+            execution_id in self._calls_by_id or self.journal.holds_execution(execution_id)
+        ):
+            # An ID names one call, ever: one the journal holds (a closed session's, an earlier
+            # run's) would mix two calls in the audit trail.
             raise execution_id_exists()
         tool = loop.tools.get(tool_name)
         if tool is None:

@@ -103,9 +103,13 @@ class SqliteJournal:
         self.synchronous = synchronous
         self.run_id = "run_" + uuid.uuid4().hex
         self._connection: sqlite3.Connection | None = None
+        # Looks execution IDs up from the event loop's thread (readers never wait in WAL mode).
+        self._lookup: sqlite3.Connection | None = None
         # fast_acquire: an uncontended commit does not yield to the event loop first.
         self._lock = anyio.Lock(fast_acquire=True)
         self._pending: list[Event] = []
+        # The batch a worker thread is writing (synchronous = "full"), until it is committed.
+        self._writing: list[Event] = []
         self._next_seq = 0
         self._committed_seq = 0
         self._wake = anyio.Event()
@@ -210,7 +214,11 @@ class SqliteJournal:
                 self._write(batch)
             else:
                 # Only the writer task gets here while it runs (see _commit_through).
-                await anyio.to_thread.run_sync(self._write, batch)
+                self._writing = batch
+                try:
+                    await anyio.to_thread.run_sync(self._write, batch)
+                finally:
+                    self._writing = []
         except BaseException as exc:
             if self._written_through >= batch[-1].seq:
                 # Written after all (the caller was cancelled once the thread had finished):
@@ -297,6 +305,9 @@ class SqliteJournal:
             connection.close()
             raise
         self._connection = connection
+        self._lookup = sqlite3.connect(
+            self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
         self._next_seq = self._committed_seq = self._written_through = int(last)
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -333,8 +344,27 @@ class SqliteJournal:
                 connection, self._connection = self._connection, None
                 if connection is not None:
                     connection.close()
+                lookup, self._lookup = self._lookup, None
+                if lookup is not None:
+                    lookup.close()
 
     # ------------------------------------------------------------------ reading
+
+    def holds_execution(self, execution_id: str) -> bool:
+        """Any event of `execution_id`, pending or committed, this run or before (one indexed
+        row lookup). A journal that cannot be read holds it, so the ID is refused."""
+        if any(e.execution_id == execution_id for e in (*self._pending, *self._writing)):
+            return True
+        if self._lookup is None:
+            return False
+        try:
+            row = self._lookup.execute(
+                "SELECT 1 FROM events WHERE execution_id = ? LIMIT 1", (execution_id,)
+            ).fetchone()
+        except sqlite3.Error:
+            log.exception("the audit journal could not be read")
+            return True
+        return row is not None
 
     async def events(self, query: EventQuery) -> list[Event]:
         """Committed events matching `query`, oldest first (every answered request's are
