@@ -489,7 +489,11 @@ class App:
         self.tool_servicer = ToolServicer(
             self.lifecycle,
             StreamBudget(
-                config.limits.stream_buffer_bytes, config.limits.stream_buffer_total_bytes
+                config.limits.stream_buffer_bytes,
+                config.limits.stream_buffer_total_bytes,
+                per_session=int(
+                    config.limits.stream_buffer_total_bytes * config.limits.session_share
+                ),
             ),
         )
         # Workspace rules persisted by approvers; loaded into the rule book at start.

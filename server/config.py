@@ -85,10 +85,14 @@ class LimitsConfig(BaseModel):
     max_retained_bytes: Annotated[int, Field(ge=8 << 20, le=64 << 30)] = 256 << 20
     max_retained_bytes_per_session: Annotated[int, Field(ge=4 << 20, le=64 << 30)] = 64 << 20
     max_retained_result_bytes: Annotated[int, Field(ge=4 << 10, le=64 << 20)] = 256 << 10
-    # Output buffered for one InvokeStream reader, and for all of them; a reader further
-    # behind loses its stream (STREAM_BACKLOG), never the call.
+    # Output buffered for one InvokeStream reader, and for all of them; a command whose
+    # reader pauses waits for it (as on a terminal). A stream is given up (STREAM_BACKLOG,
+    # never the call) only when the server-wide buffer is full.
     stream_buffer_bytes: Annotated[int, Field(ge=64 << 10, le=1 << 30)] = 8 << 20
     stream_buffer_total_bytes: Annotated[int, Field(ge=64 << 10, le=16 << 30)] = 64 << 20
+    # The most of each server-wide budget one session may hold (spools, stream buffers, task
+    # text), so that one session never refuses the others' work.
+    session_share: Annotated[float, Field(gt=0, le=1)] = 0.5
 
     @model_validator(mode="after")
     def _retained(self) -> LimitsConfig:

@@ -132,6 +132,7 @@ class ToolServicer:
             call.context,
             self.stream_budget,
             lambda data: pb.InvokeStreamResponse(output=pb.OutputChunk(data=data)),
+            request.session_id,
         )
         await stream.serve(
             run, lambda snapshot: pb.InvokeStreamResponse(finished=call_to_proto(snapshot))
