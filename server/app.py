@@ -198,7 +198,12 @@ def supervisor_settings(config: ServerConfig, state_dir: Path | None = None) -> 
     spools share one budget (and keep the journal's reserve on the state directory's disk)."""
     p = config.processes
     budget = (
-        SpoolBudget(p.spool_budget_bytes, config.journal.reserve_bytes, state_dir)
+        SpoolBudget(
+            p.spool_budget_bytes,
+            config.journal.reserve_bytes,
+            state_dir,
+            session_share=int(p.spool_budget_bytes * config.limits.session_share),
+        )
         if state_dir is not None
         else None
     )

@@ -68,6 +68,7 @@ async def test_spools_share_one_budget_and_a_start_past_it_fails(tmp_path: Path)
         "sandbox": "bwrap",
         "access": {"command": "allow"},
         "processes": {"spool_bytes": 4 * MIB, "spool_budget_bytes": 6 * MIB},
+        "limits": {"session_share": 1.0},  # one session may take it all (tested below)
     }
     async with serve(tmp_path, **config) as harness:
         stub = harness.stub()
@@ -94,6 +95,38 @@ async def test_spools_share_one_budget_and_a_start_past_it_fails(tmp_path: Path)
         again = await open_session(stub)
         started = await start(harness, again, "echo back")
         assert started["status"] in ("running", "exited")
+
+
+async def test_one_session_holds_at_most_its_share_of_the_spool_budget(tmp_path: Path) -> None:
+    """Two noisy processes of one session stop at its share (half of the budget by default);
+    its next start is refused SPOOL_SHARE; another session still starts and spools."""
+    config: dict[str, Any] = {
+        "sandbox": "bwrap",
+        "access": {"command": "allow"},
+        "processes": {"spool_bytes": 4 * MIB, "spool_budget_bytes": 6 * MIB},
+    }
+    async with serve(tmp_path, **config) as harness:
+        stub = harness.stub()
+        greedy = await open_session(stub)
+        ids = []
+        for size in (1900000, 5000000):  # the second one runs into the share
+            started = await start(harness, greedy, f"head -c {size} /dev/zero | tr '\\0' a")
+            ids.append(started["process_id"])
+            await wait_all(harness, greedy, ids[-1:])
+        done = await wait_all(harness, greedy, ids)
+        assert spool_bytes(harness.state_dir) <= 3 * MIB
+        assert any(p["spool_stopped"] == "spool_share" for p in done["processes"])
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await prepare(
+                stub, greedy, "Bash", {"command": "echo x", "background": True}, evaluate=True
+            )
+        assert failure(caught.value).reason == "SPOOL_SHARE"
+        other = await open_session(stub)
+        started = await start(harness, other, "head -c 2000000 /dev/zero | tr '\\0' b")
+        done = await wait_all(harness, other, [started["process_id"]])
+        (process,) = done["processes"]
+        assert process["total_bytes"] == 2000000
+        assert "spool_stopped" not in process or not process["spool_stopped"]
 
 
 async def test_forgotten_processes_take_their_spools_with_them(tmp_path: Path) -> None:

@@ -63,10 +63,14 @@ class SpoolBudget:
     and the free space the state directory's filesystem keeps for the journal
     (`journal.reserve_bytes`): output never fills the disk the journal needs."""
 
-    def __init__(self, limit: int, reserve: int, directory: Path) -> None:
+    def __init__(
+        self, limit: int, reserve: int, directory: Path, session_share: int | None = None
+    ) -> None:
         self.limit = limit
         self.reserve = reserve
         self.directory = directory
+        # The most one session's spools may take together (`limits.session_share`).
+        self.session_share = limit if session_share is None else session_share
         self.used = 0
         self._free = 0
         self._free_checked = -math.inf
@@ -94,6 +98,42 @@ class SpoolBudget:
     def give_back(self, size: int) -> None:
         self.used = max(0, self.used - size)
 
+    def for_session(self) -> SessionSpoolBudget:
+        """One session's view: its spools share at most `session_share` of the budget."""
+        return SessionSpoolBudget(self)
+
+
+class SessionSpoolBudget:
+    """What one session's spools may still take: the server-wide budget, and the session's
+    share of it, so that one session's output never leaves the others no room to start."""
+
+    def __init__(self, budget: SpoolBudget) -> None:
+        self.budget = budget
+        self.used = 0
+
+    @property
+    def limit(self) -> int:
+        return self.budget.limit
+
+    @property
+    def share(self) -> int:
+        return self.budget.session_share
+
+    def share_left(self) -> int:
+        return max(0, self.budget.session_share - self.used)
+
+    def available(self) -> int:
+        return min(self.budget.available(), self.share_left())
+
+    def grant(self, size: int) -> int:
+        granted = self.budget.grant(min(size, self.share_left()))
+        self.used += granted
+        return granted
+
+    def give_back(self, size: int) -> None:
+        self.budget.give_back(size)
+        self.used = max(0, self.used - size)
+
 
 class OutputLog:
     """Ring + spool for one process. `append` is called by the process's reader task only."""
@@ -103,7 +143,7 @@ class OutputLog:
         ring_bytes: int,
         spool_path: Path | None,
         spool_bytes: int,
-        budget: SpoolBudget | None = None,
+        budget: SpoolBudget | SessionSpoolBudget | None = None,
     ) -> None:
         if ring_bytes < 1:
             raise ValueError("the ring must hold at least one byte")
@@ -175,7 +215,13 @@ class OutputLog:
             if granted < len(view):
                 # The server-wide budget (or the journal's reserve) is reached: the spool
                 # ends here; the ring goes on, and reads past it report the gap.
-                self.spool_stopped = "spool_budget"
+                self.spool_stopped = (
+                    "spool_share"
+                    if isinstance(self._budget, SessionSpoolBudget)
+                    and self._budget.share_left() == 0
+                    and self._budget.share < self._budget.limit
+                    else "spool_budget"
+                )
                 self._spool_cap = self._spooled + granted
                 view = view[:granted]
         try:

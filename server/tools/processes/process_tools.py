@@ -117,6 +117,13 @@ def not_found(process_id: str) -> ToolResult:
 
 
 def process_limit(exc: ProcessLimitReached) -> ToolResult:
+    if exc.scope == "spool_share":
+        return error_result(
+            "spool_share",
+            f"This session's background processes hold its whole share ({exc.limit >> 20} MiB) "
+            "of the server's spool budget; stop some of them and retry.",
+            limit=exc.limit,
+        )
     if exc.scope == "spool":
         return error_result(
             "spool_budget",

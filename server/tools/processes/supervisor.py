@@ -184,6 +184,8 @@ class ProcessSupervisor:
         journal: Journal | None = None,
     ) -> None:
         self.settings = settings
+        # This session's view of the server-wide spool budget (its share of it).
+        self._spool = settings.spool_budget.for_session() if settings.spool_budget else None
         self._resources = resources
         # Process lifecycle events (design section 8): IDs, reasons, exit codes; no output,
         # no command, no PID.
@@ -226,13 +228,12 @@ class ProcessSupervisor:
             raise ProcessLimitReached("loop", self.settings.max_running_per_loop)
         if self.running_count() >= self.settings.max_running_per_session:
             raise ProcessLimitReached("session", self.settings.max_running_per_session)
-        budget = self.settings.spool_budget
-        if (
-            budget is not None
-            and self.settings.spool_bytes > 0
-            and budget.available() < MIN_SPOOL_START_BYTES
-        ):
-            raise ProcessLimitReached("spool", budget.limit)
+        budget = self._spool
+        if budget is not None and self.settings.spool_bytes > 0:
+            if budget.budget.available() < MIN_SPOOL_START_BYTES:
+                raise ProcessLimitReached("spool", budget.limit)
+            if budget.share_left() < MIN_SPOOL_START_BYTES:
+                raise ProcessLimitReached("spool_share", budget.share)
 
     # ------------------------------------------------------------------ starting
 
@@ -261,7 +262,7 @@ class ProcessSupervisor:
                     self.settings.ring_bytes,
                     self._spool_path(process_id),
                     self.settings.spool_bytes,
-                    self.settings.spool_budget,
+                    self._spool,
                 )
                 process = SupervisedProcess(
                     process_id=process_id,
@@ -559,6 +560,13 @@ def session_supervisor(
 
 def limit_error(exc: ProcessLimitReached) -> ResourceExhausted:
     """The Prepare-time form of a process limit (the Invoke-time form is a tool error)."""
+    if exc.scope == "spool_share":
+        return ResourceExhausted(
+            "SPOOL_SHARE",
+            "This session's background processes hold its whole share of the server's spool "
+            "budget; stop some of them (their spools go when they are forgotten), then retry.",
+            metadata={"limit": str(exc.limit)},
+        )
     if exc.scope == "spool":
         return ResourceExhausted(
             "SPOOL_BUDGET",
