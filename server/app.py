@@ -68,6 +68,7 @@ from .tools.processes.output_log import SpoolBudget
 from .tools.processes.process_tools import ProcessServices
 from .tools.processes.supervisor import SUPERVISOR, SupervisorSettings
 from .tools.services import CommandServices, HelperSandbox, SkillSource
+from .tools.tasks import TaskTextBudget
 
 log = logging.getLogger(__name__)
 
@@ -447,7 +448,14 @@ class App:
         }
         self.tools = ToolRegistry(
             [
-                *builtin_definitions(config.ask.timeout_seconds, headless),
+                *builtin_definitions(
+                    config.ask.timeout_seconds,
+                    headless,
+                    TaskTextBudget(
+                        config.limits.max_task_text_bytes,
+                        int(config.limits.max_task_text_bytes * config.limits.session_share),
+                    ),
+                ),
                 *load_plugins(config.tools.plugins),
             ],
             services,

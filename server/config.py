@@ -93,6 +93,10 @@ class LimitsConfig(BaseModel):
     # The most of each server-wide budget one session may hold (spools, stream buffers, task
     # text), so that one session never refuses the others' work.
     session_share: Annotated[float, Field(gt=0, le=1)] = 0.5
+    # Task text every loop's task graph may store together (subjects, descriptions, active
+    # forms, metadata; 256 bytes more per task): TaskCreate past a session's share of it is
+    # RESOURCE_EXHAUSTED TASK_BUDGET.
+    max_task_text_bytes: Annotated[int, Field(ge=1 << 20, le=16 << 30)] = 64 << 20
 
     @model_validator(mode="after")
     def _retained(self) -> LimitsConfig:

@@ -11,7 +11,9 @@ these invariants after every change:
 
 Changes never await, so on one event loop each change is atomic. Refusals raise
 `TaskGraphError` with a stable `code` (`unknown_task`, `self_dependency`, `cycle`,
-`blocked`, `limit`) that the tools return as an error result.
+`blocked`, `limit`, `task_budget`) that the tools return as an error result. The text a graph
+stores (subjects, descriptions, active forms, metadata, plus a fixed cost per task) is counted
+by its ledger, which may refuse a change that would hold more than the session's share.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 MAX_TASKS = 256
 MAX_DEPENDENCIES = 128
@@ -27,6 +29,8 @@ SUBJECT_MAX_BYTES = 512
 ACTIVE_FORM_MAX_BYTES = 512
 DESCRIPTION_MAX_BYTES = 16 << 10
 METADATA_MAX_BYTES = 16 << 10
+# What a task costs its ledger beyond its text: its ID, status and edges.
+TASK_OVERHEAD_BYTES = 256
 # Task IDs are minted `t1`, `t2`, ... per loop and never reused after a delete.
 TASK_ID_PATTERN = r"^t[1-9][0-9]{0,8}$"
 
@@ -96,12 +100,28 @@ class Deletion:
     unblocked: tuple[str, ...]
 
 
+class TextLedger(Protocol):
+    """Counts the bytes graphs store: `reserve` a growth (raising TaskGraphError
+    `task_budget` when it does not fit), `release` a shrink."""
+
+    def reserve(self, size: int) -> None: ...
+    def release(self, size: int) -> None: ...
+
+
+def task_bytes(task: Task) -> int:
+    """What a task costs: the UTF-8 bytes of its text, and its overhead."""
+    text = (task.subject, task.description, task.active_form, task.metadata_json)
+    return TASK_OVERHEAD_BYTES + sum(len(part.encode()) for part in text) + 8 * len(task.blocked_by)
+
+
 class TaskGraph:
     """The tasks of one loop, in creation order."""
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: TextLedger | None = None) -> None:
         self._tasks: dict[str, Task] = {}
         self._next_number = 1
+        self._ledger = ledger
+        self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -180,7 +200,19 @@ class TaskGraph:
 
     def _commit(self, candidate: dict[str, Task], changed: Iterable[str]) -> None:
         validate(candidate, first=changed)
+        size = sum(task_bytes(task) for task in candidate.values())
+        if self._ledger is not None:
+            if size > self._bytes:
+                self._ledger.reserve(size - self._bytes)
+            elif size < self._bytes:
+                self._ledger.release(self._bytes - size)
+        self._bytes = size
         self._tasks = candidate
+
+    @property
+    def stored_bytes(self) -> int:
+        """What the graph's tasks cost its ledger now."""
+        return self._bytes
 
 
 def validate(tasks: Mapping[str, Task], first: Iterable[str] = ()) -> None:

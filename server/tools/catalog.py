@@ -25,7 +25,7 @@ from .search.glob_tool import Glob
 from .search.grep_tool import Grep
 from .services import CommandServices, HelperSandbox, SkillSource
 from .skill import Skill
-from .tasks import TaskCreate, TaskGet, TaskList, TaskUpdate
+from .tasks import TaskCreate, TaskGet, TaskList, TaskTextBudget, TaskUpdate
 
 READS = ToolAnnotations(read_only=True, idempotent=True)
 
@@ -125,13 +125,19 @@ def skill_definition() -> ToolDefinition:
     )
 
 
-def task_definition() -> ToolDefinition:
+def task_definition(budget: TaskTextBudget | None = None) -> ToolDefinition:
     """A bundle: TaskCreate, TaskUpdate, TaskGet and TaskList over one task graph, fresh for
-    every loop."""
+    every loop; with a `budget`, the text it stores counts against the session's share."""
 
     def build(bindings: Bindings) -> list[ToolPlugin]:
-        graph = TaskGraph()
-        return [TaskCreate(graph), TaskUpdate(graph), TaskGet(graph), TaskList(graph)]
+        ledger = budget.ledger(bindings.session_id) if budget is not None else None
+        graph = TaskGraph(ledger)
+        return [
+            TaskCreate(graph, ledger),
+            TaskUpdate(graph, ledger),
+            TaskGet(graph, ledger),
+            TaskList(graph, ledger),
+        ]
 
     return ToolDefinition(
         name="tasks",
@@ -160,7 +166,9 @@ def fetch_definition() -> ToolDefinition:
     )
 
 
-def builtin_definitions(ask_timeout_seconds: float, headless: bool) -> list[ToolDefinition]:
+def builtin_definitions(
+    ask_timeout_seconds: float, headless: bool, task_budget: TaskTextBudget | None = None
+) -> list[ToolDefinition]:
     """Every family callgate ships, in the order ListTools used to list them by."""
     return [
         file_definition(),
@@ -170,5 +178,5 @@ def builtin_definitions(ask_timeout_seconds: float, headless: bool) -> list[Tool
         ask_definition(ask_timeout_seconds, headless),
         fetch_definition(),
         skill_definition(),
-        task_definition(),
+        task_definition(task_budget),
     ]

@@ -16,8 +16,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, JsonValue
 
-from callgate.server.core.errors import arguments_invalid
+from callgate.server.core.errors import ResourceExhausted, arguments_invalid
 from callgate.server.core.models import ToolResult
+from callgate.server.core.resources import ResourceKey
 from callgate.server.core.taskgraph import (
     ACTIVE_FORM_MAX_BYTES,
     DESCRIPTION_MAX_BYTES,
@@ -31,6 +32,7 @@ from callgate.server.core.taskgraph import (
     TaskGraphError,
     TaskPatch,
     TaskStatus,
+    task_bytes,
 )
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
@@ -107,11 +109,83 @@ def _refused(error: TaskGraphError) -> ToolResult:
 # TaskCreate ----------------------------------------------------------------------------------
 
 
-class _OverGraph:
-    """A task tool works on the one task graph its bundle was built with: one per loop."""
+class TaskTextBudget:
+    """The text all task graphs may store together (`limits.max_task_text_bytes`), and the
+    most one session's graphs may (its share), counted in bytes (`taskgraph.task_bytes`)."""
 
-    def __init__(self, graph: TaskGraph) -> None:
+    def __init__(self, total: int, per_session: int) -> None:
+        self.total = total
+        self.per_session = per_session
+        self.used = 0
+        self.by_session: dict[str, int] = {}
+
+    def room(self, session_id: str) -> int:
+        return max(
+            0,
+            min(self.total - self.used, self.per_session - self.by_session.get(session_id, 0)),
+        )
+
+    def ledger(self, session_id: str) -> SessionTaskText:
+        return SessionTaskText(self, session_id)
+
+    def release_session(self, session_id: str) -> None:
+        self.used -= self.by_session.pop(session_id, 0)
+
+
+class SessionTaskText:
+    """One session's account with the budget (every loop's graph of the session uses one);
+    given back whole when the session closes (it is a session resource)."""
+
+    def __init__(self, budget: TaskTextBudget, session_id: str) -> None:
+        self.budget = budget
+        self.session_id = session_id
+
+    def reserve(self, size: int) -> None:
+        if size > self.budget.room(self.session_id):
+            raise TaskGraphError("task_budget", _TASK_BUDGET_MESSAGE)
+        self.budget.used += size
+        self.budget.by_session[self.session_id] = (
+            self.budget.by_session.get(self.session_id, 0) + size
+        )
+
+    def release(self, size: int) -> None:
+        held = self.budget.by_session.get(self.session_id, 0)
+        size = min(size, held)
+        self.budget.used -= size
+        self.budget.by_session[self.session_id] = held - size
+
+    async def aclose(self) -> None:
+        self.budget.release_session(self.session_id)
+
+
+_TASK_BUDGET_MESSAGE = (
+    "The session's task lists hold all the task text it may keep (its share of the server's "
+    "task budget); delete finished tasks, or close loops you no longer need."
+)
+TASK_TEXT: ResourceKey[SessionTaskText] = ResourceKey("task text")
+
+
+def _check_room(ledger: SessionTaskText | None, size: int) -> None:
+    """At Prepare: a change that cannot fit is refused before anything is kept."""
+    if ledger is not None and size > ledger.budget.room(ledger.session_id):
+        raise ResourceExhausted(
+            "TASK_BUDGET", _TASK_BUDGET_MESSAGE, metadata={"limit": str(ledger.budget.per_session)}
+        )
+
+
+class _OverGraph:
+    """A task tool works on the one task graph its bundle was built with: one per loop. With
+    a ledger, the text the graph stores counts against the session's share."""
+
+    def __init__(self, graph: TaskGraph, ledger: SessionTaskText | None = None) -> None:
         self.graph = graph
+        self.ledger = ledger
+
+    def _account(self, ctx: ToolContext) -> None:
+        """The session gives its task text back when it closes."""
+        if self.ledger is not None:
+            ledger = self.ledger
+            ctx.resources.get(TASK_TEXT, lambda: ledger)
 
 
 class TaskCreateArguments(Arguments):
@@ -161,6 +235,19 @@ class TaskCreate(_OverGraph, Tool[TaskCreateArguments, TaskCreateArtifact]):
         _check_subject(args.subject)
         _check_bytes("description", args.description, DESCRIPTION_MAX_BYTES)
         _check_bytes("active_form", args.active_form, ACTIVE_FORM_MAX_BYTES)
+        metadata_json = _metadata_json(args.metadata)
+        _check_room(
+            self.ledger,
+            task_bytes(
+                Task(
+                    id="t",
+                    subject=args.subject,
+                    description=args.description,
+                    active_form=args.active_form,
+                    metadata_json=metadata_json,
+                )
+            ),
+        )
         return Prepared(
             summary=f'TaskCreate "{_short(args.subject)}"',
             requirements=(),
@@ -169,12 +256,13 @@ class TaskCreate(_OverGraph, Tool[TaskCreateArguments, TaskCreateArtifact]):
                 description=args.description,
                 active_form=args.active_form,
                 blocked_by=_check_ids("blocked_by", args.blocked_by),
-                metadata_json=_metadata_json(args.metadata),
+                metadata_json=metadata_json,
             ),
         )
 
     async def run(self, artifact: TaskCreateArtifact, ctx: ToolContext) -> ToolResult:
         graph = self.graph
+        self._account(ctx)
         try:
             task = graph.create(
                 TaskDraft(
@@ -290,6 +378,7 @@ class TaskUpdate(_OverGraph, Tool[TaskUpdateArguments, TaskUpdateArtifact]):
 
     async def run(self, artifact: TaskUpdateArtifact, ctx: ToolContext) -> ToolResult:
         graph = self.graph
+        self._account(ctx)
         try:
             if artifact.delete:
                 deletion = graph.delete(artifact.id)
