@@ -154,18 +154,21 @@ def _call(args: argparse.Namespace) -> int:
     target, token = _client_settings(args)
 
     async def main() -> int:
-        async with (
-            CallgateClient(target, token=token) as client,
-            await client.open_session(args.workspace or "") as session,
-        ):
-            result = await session.run(
-                args.tool, args.arguments, wait=args.wait, on_gated=_say_waiting
-            )
-            print(result.text)
-            if result.is_error:
-                print(f"callgate: tool error: {result.error_code}", file=sys.stderr)
-                return 1
-            return 0
+        async with CallgateClient(target, token=token) as client:
+            if args.session:
+                # A named session outlives this command: the next `--session NAME` reopens it.
+                session = await client.open_session(args.workspace or "", name=args.session)
+                return await run(session)
+            async with client.open_session(args.workspace or "") as session:
+                return await run(session)
+
+    async def run(session: Any) -> int:
+        result = await session.run(args.tool, args.arguments, wait=args.wait, on_gated=_say_waiting)
+        print(result.text)
+        if result.is_error:
+            print(f"callgate: tool error: {result.error_code}", file=sys.stderr)
+            return 1
+        return 0
 
     try:
         return anyio.run(main)
@@ -198,6 +201,56 @@ def _say_waiting(call: Any) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def _session_list(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClient, CallgateClientError
+
+    from .display import visible
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with CallgateClient(target, token=token) as client:
+            for session in await client.list_sessions():
+                used = session.last_used_time or session.create_time
+                when = f"{used.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if used else "-"
+                print(
+                    f"{visible(session.name) or '-'}\t{session.session_id}\t"
+                    f"{visible(session.workspace)}\tlast used {when}"
+                )
+        return 0
+
+    try:
+        return anyio.run(main)
+    except CallgateClientError as exc:
+        return _client_error(exc)
+
+
+def _session_close(args: argparse.Namespace) -> int:
+    from callgate.client import CallgateClient, CallgateClientError
+
+    from .display import visible
+
+    target, token = _client_settings(args)
+
+    async def main() -> int:
+        async with CallgateClient(target, token=token) as client:
+            matches = [
+                s for s in await client.list_sessions() if args.name in (s.name, s.session_id)
+            ]
+            if not matches:
+                print(f"callgate: you have no open session {visible(args.name)}", file=sys.stderr)
+                return 1
+            session = await client.get_session(matches[0].session_id)
+            await session.close()
+            print(f"closed {visible(args.name)} ({matches[0].session_id})")
+        return 0
+
+    try:
+        return anyio.run(main)
+    except CallgateClientError as exc:
+        return _client_error(exc)
 
 
 def _client_error(exc: Exception) -> int:
@@ -607,6 +660,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     )
     call.add_argument("--workspace", help="workspace for the session (default: the server's)")
     call.add_argument(
+        "--session",
+        metavar="NAME",
+        help="run in your session of this name, opened if needed and kept open afterwards "
+        "(its reads, processes, tasks and session approvals carry over to the next call)",
+    )
+    call.add_argument(
         "--wait",
         type=float,
         default=None,
@@ -711,6 +770,16 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     audit.set_defaults(func=_audit)
 
     _add_mcp_parser(sub, client_options)
+
+    sessions = sub.add_parser("session", help="your open sessions: list them, close one")
+    session_sub = sessions.add_subparsers(dest="session_command", required=True)
+    listing = session_sub.add_parser("list", help="your open sessions, oldest first")
+    client_options(listing)
+    listing.set_defaults(func=_session_list)
+    closing = session_sub.add_parser("close", help="close a session by its name or its ID")
+    client_options(closing)
+    closing.add_argument("name", help="the session's name (or its ses_ ID)")
+    closing.set_defaults(func=_session_close)
 
     health = sub.add_parser("health", help="check the server's health over gRPC")
     health.add_argument("--target")

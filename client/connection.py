@@ -17,7 +17,7 @@ from callgate.client.approvals import Approvals
 from callgate.client.audit import Audit
 from callgate.client.conversion import session_from_proto, tool_spec_from_proto
 from callgate.client.exchange import Exchange
-from callgate.client.models import ToolSpec
+from callgate.client.models import Session, ToolSpec
 from callgate.client.session import ClientSession
 from callgate.client.transport import Transport
 from callgate.v1 import (
@@ -306,16 +306,22 @@ class CallgateClient:
         return self._audit_or_none
 
     def open_session(
-        self, workspace: str | os.PathLike[str] = "", labels: Mapping[str, str] | None = None
+        self,
+        workspace: str | os.PathLike[str] = "",
+        labels: Mapping[str, str] | None = None,
+        name: str = "",
     ) -> OpeningSession:
         """Opens a session on `workspace` (empty: the server's default workspace).
 
+        With a `name`, the principal's open session of that name is reopened as it was (its
+        read state, processes, tasks and session approvals), or a new one is opened under it;
+        it lives until closed, idle past the server's limit, or the server restarts.
         `session = await client.open_session()` leaves closing to the caller;
         `async with client.open_session() as session:` closes it on exit.
         """
         stub, transport = self._stub, self._transport
         request = tool_service_pb2.OpenSessionRequest(
-            workspace=os.fspath(workspace), labels=dict(labels or {})
+            workspace=os.fspath(workspace), labels=dict(labels or {}), name=name
         )
 
         async def opener() -> ClientSession:
@@ -323,6 +329,13 @@ class CallgateClient:
             return ClientSession(stub, transport, session_from_proto(response.session))
 
         return OpeningSession(opener)
+
+    async def list_sessions(self) -> list[Session]:
+        """This principal's open sessions, oldest first."""
+        response = await self._transport.unary(
+            self._stub.ListSessions, tool_service_pb2.ListSessionsRequest()
+        )
+        return [session_from_proto(session) for session in response.sessions]
 
     async def get_session(self, session_id: str) -> ClientSession:
         """Attaches to a session this principal opened earlier."""

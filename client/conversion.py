@@ -129,6 +129,12 @@ def session_from_proto(message: session_pb2.Session) -> Session:
         labels=dict(message.labels),
         sandbox_warning=message.sandbox_warning,
         sandbox_limits=message.sandbox_limits,
+        name=message.name,
+        last_used_time=(
+            timestamp_from_proto(message.last_used_time)
+            if message.HasField("last_used_time")
+            else None
+        ),
     )
 
 

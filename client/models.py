@@ -96,6 +96,9 @@ class Session(_Frozen):
     sandbox_warning: str
     # How each command is bounded: "cgroup-v2", "cgroup-v1", "rlimit" or "none".
     sandbox_limits: str = ""
+    # The name it was opened with (reopened by it), or "".
+    name: str = ""
+    last_used_time: datetime | None = None
 
 
 class Requirement(_Frozen):

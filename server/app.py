@@ -477,6 +477,7 @@ class App:
                 sandbox_limits=self.limiter.mechanism,
                 call_ttl_seconds=config.calls.ttl_seconds,
                 approval_timeout_seconds=config.approval.timeout_seconds,
+                session_idle_seconds=config.sessions.idle_seconds,
                 max_sessions=config.limits.max_sessions,
                 max_loops_per_session=config.limits.max_loops_per_session,
                 max_open_calls_per_session=config.limits.max_open_calls_per_session,
@@ -749,3 +750,4 @@ class App:
         while True:
             await anyio.sleep(SWEEP_INTERVAL_SECONDS)
             self.lifecycle.sweep()
+            await self.lifecycle.close_idle()

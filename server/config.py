@@ -124,6 +124,14 @@ class ApprovalConfig(BaseModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=86_400)] = 600.0
 
 
+class SessionsConfig(BaseModel):
+    model_config = _STRICT
+
+    # A named session (OpenSessionRequest.name) unused this long, with nothing running, is
+    # closed (its processes stopped, its session approvals gone).
+    idle_seconds: Annotated[float, Field(gt=0, le=30 * 86_400)] = 3600.0
+
+
 class AskConfig(BaseModel):
     model_config = _STRICT
 
@@ -301,6 +309,7 @@ class ServerConfig(BaseModel):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     calls: CallsConfig = Field(default_factory=CallsConfig)
     approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     ask: AskConfig = Field(default_factory=AskConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)

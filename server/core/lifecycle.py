@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
@@ -79,6 +80,7 @@ log = logging.getLogger(__name__)
 
 APPROVE_WAIT_CAP_SECONDS = 60.0
 _MAX_LABELS = 16
+_SESSION_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _MAX_LABEL_BYTES = 256
 
 
@@ -107,6 +109,8 @@ class Lifecycle:
         self.protected = protected
         self.clock: Clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
+        # (owner, name) -> session ID of the open named sessions.
+        self._named: dict[tuple[str, str], str] = {}
         self._running_total = 0
         # Set (and dropped) when the last running invocation ends; see `wait_idle`.
         self._idle: anyio.Event | None = None
@@ -127,11 +131,27 @@ class Lifecycle:
     # ------------------------------------------------------------------ sessions
 
     def open_session(
-        self, principal: Principal, workspace: str, labels: Mapping[str, str]
+        self, principal: Principal, workspace: str, labels: Mapping[str, str], name: str = ""
     ) -> SessionSnapshot:
         principal.require(Role.AGENT)
         self._check_accepting()
+        if name and not _SESSION_NAME.fullmatch(name):
+            raise request_invalid("name", "a session name is 1-64 characters of [A-Za-z0-9._-]")
         root = self._resolve_workspace(workspace)
+        named = self._named.get((principal.name, name)) if name else None
+        if named is not None:
+            existing = self._sessions[named]
+            if workspace and existing.workspace.root != root:
+                raise FailedPrecondition(
+                    "SESSION_NAME_TAKEN",
+                    "Your session of that name has another workspace; close it first "
+                    "(callgate session close NAME) or choose another name.",
+                )
+            self._touch(existing)
+            self.journal.record(
+                "session.reopened", session_id=existing.session_id, principal=principal.name
+            )
+            return self._session_snapshot(existing)
         if len(labels) > _MAX_LABELS:
             raise request_invalid("labels", f"at most {_MAX_LABELS} labels are allowed")
         for key, value in labels.items():
@@ -160,10 +180,14 @@ class Lifecycle:
             labels=dict(labels),
             create_time=now,
             resources=SessionResources(session_id, self._state_root, self._spawn),
+            name=name,
         )
+        self._touch(session)
         session.tools = self.tools.build(session_id, "", BuildScope.SESSION)
         session.loops[loop_id] = self._new_loop(session, loop_id)
         self._sessions[session.session_id] = session
+        if name:
+            self._named[(principal.name, name)] = session_id
         self.journal.record(
             "session.opened",
             session_id=session_id,
@@ -177,9 +201,39 @@ class Lifecycle:
         """Close a session: cancel its calls, stop what runs, release its resources (process
         trees are terminated and confirmed gone before this returns)."""
         session = self._session(principal, session_id)
-        del self._sessions[session_id]
+        self._drop_session(session)
         await self._close(session)
         log.info("session closed", extra={"session_id": session_id})
+
+    def _drop_session(self, session: Session) -> None:
+        del self._sessions[session.session_id]
+        if session.name:
+            self._named.pop((session.owner, session.name), None)
+
+    def _touch(self, session: Session) -> None:
+        session.last_used = self.clock.now()
+        session.last_used_monotonic = self.clock.monotonic()
+
+    def list_sessions(self, principal: Principal) -> list[SessionSnapshot]:
+        """The caller's open sessions, oldest first."""
+        principal.require(Role.AGENT)
+        mine = [s for s in self._sessions.values() if s.owner == principal.name]
+        return [self._session_snapshot(s) for s in sorted(mine, key=lambda s: s.create_time)]
+
+    async def close_idle(self) -> int:
+        """Close every named session unused for `session_idle_seconds` with nothing running;
+        returns how many were closed."""
+        horizon = self.clock.monotonic() - self.settings.session_idle_seconds
+        idle = [
+            s
+            for s in self._sessions.values()
+            if s.name and s.running == 0 and s.last_used_monotonic < horizon
+        ]
+        for session in idle:
+            self._drop_session(session)
+            await self._close(session)
+            log.info("idle session closed", extra={"session_id": session.session_id})
+        return len(idle)
 
     async def _close(self, session: Session) -> None:
         session.closed = True
@@ -244,6 +298,7 @@ class Lifecycle:
         self._check_accepting()
         started = time.perf_counter()
         session = self._session(principal, session_id)
+        self._touch(session)
         loop = self._loop(session, loop_id)
         check_request_id(request_id)
         check_batch_id(batch_id)
@@ -377,6 +432,7 @@ class Lifecycle:
         output: OutputSink | None = None,
     ) -> CallSnapshot:
         session = self._session(principal, session_id)
+        self._touch(session)
         check_request_id(request_id)
         if request_id:
             seen = session.invoke_requests.get(request_id)
@@ -649,6 +705,7 @@ class Lifecycle:
         """Close every session (server shutdown): calls cancelled, process trees gone."""
         sessions = list(self._sessions.values())
         self._sessions.clear()
+        self._named.clear()
         for session in sessions:
             await self._close(session)
 
@@ -820,4 +877,6 @@ class Lifecycle:
             sandbox_limits=self.settings.sandbox_limits,
             create_time=session.create_time,
             labels=dict(session.labels),
+            name=session.name,
+            last_used_time=session.last_used,
         )

@@ -51,6 +51,8 @@ class LifecycleSettings:
     # The per-command limits' mechanism (sandbox/limits.py): cgroup-v2|cgroup-v1|rlimit|none.
     sandbox_limits: str = "none"
     call_ttl_seconds: float = 900.0
+    # A named session unused this long (no open, call or running invocation) is closed.
+    session_idle_seconds: float = 3600.0
     approval_timeout_seconds: float = 600.0
     max_sessions: int = 64
     max_loops_per_session: int = 64
@@ -79,6 +81,8 @@ class SessionSnapshot:
     sandbox_limits: str
     create_time: datetime
     labels: Mapping[str, str]
+    name: str = ""
+    last_used_time: datetime | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -91,6 +95,11 @@ class Session:
     create_time: datetime
     resources: SessionResources
     loops: dict[str, LoopState] = field(default_factory=dict)
+    # The name it was opened with (reopened by its owner by that name), or "".
+    name: str = ""
+    # When it was last used, by the wall clock and the monotonic one (idle expiry).
+    last_used: datetime | None = None
+    last_used_monotonic: float = 0.0
     # The tools of the session's session-scoped definitions, shared by its loops.
     tools: dict[str, ToolPlugin] = field(default_factory=dict)
     calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)

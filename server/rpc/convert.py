@@ -165,6 +165,8 @@ def session_to_proto(session: SessionSnapshot) -> session_pb2.Session:
         sandbox_limits=session.sandbox_limits,
         create_time=timestamp(session.create_time),
         labels=dict(session.labels),
+        name=session.name,
+        last_used_time=timestamp(session.last_used_time) if session.last_used_time else None,
     )
 
 

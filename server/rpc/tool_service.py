@@ -54,6 +54,7 @@ class ToolServicer:
             "OpenSession": acknowledged(self.open_session, commit),
             "CloseSession": acknowledged(self.close_session, commit),
             "GetSession": self.get_session,
+            "ListSessions": self.list_sessions,
             "OpenLoop": self.open_loop,
             "ListTools": self.list_tools,
             "Prepare": acknowledged(self.prepare, commit),
@@ -70,8 +71,16 @@ class ToolServicer:
     async def open_session(
         self, request: pb.OpenSessionRequest, call: Call
     ) -> pb.OpenSessionResponse:
-        session = self.lifecycle.open_session(call.principal, request.workspace, request.labels)
+        session = self.lifecycle.open_session(
+            call.principal, request.workspace, request.labels, request.name
+        )
         return pb.OpenSessionResponse(session=session_to_proto(session))
+
+    async def list_sessions(
+        self, request: pb.ListSessionsRequest, call: Call
+    ) -> pb.ListSessionsResponse:
+        sessions = self.lifecycle.list_sessions(call.principal)
+        return pb.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions])
 
     async def close_session(
         self, request: pb.CloseSessionRequest, call: Call

@@ -116,6 +116,15 @@ class ScriptedToolService(tool_service_pb2_grpc.ToolServiceServicer):
             "GetSession", request, context, tool_service_pb2.GetSessionResponse
         )
 
+    async def ListSessions(
+        self,
+        request: tool_service_pb2.ListSessionsRequest,
+        context: grpc.aio.ServicerContext[message.Message, message.Message],
+    ) -> tool_service_pb2.ListSessionsResponse:
+        return await self._unary(
+            "ListSessions", request, context, tool_service_pb2.ListSessionsResponse
+        )
+
     async def OpenLoop(
         self,
         request: tool_service_pb2.OpenLoopRequest,

@@ -998,3 +998,48 @@ class LifecycleMachine(RuleBasedStateMachine):
 
 TestLifecycleMachine = LifecycleMachine.TestCase
 TestLifecycleMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+# Named sessions ----------------------------------------------------------------------------
+
+
+async def test_a_named_session_is_reopened_by_its_owner_with_its_state(tmp_path: Path) -> None:
+    """The same principal reopens it by name (the same session: its loops, read state, tasks);
+    another principal's name space is its own; ListSessions shows only the caller's."""
+    world = build(tmp_path)
+    lifecycle = world.lifecycle
+    first = lifecycle.open_session(AGENT, "", {}, name="work")
+    again = lifecycle.open_session(AGENT, "", {}, name="work")
+    assert again.session_id == first.session_id
+    assert again.name == "work"
+    theirs = lifecycle.open_session(OTHER_AGENT, "", {}, name="work")
+    assert theirs.session_id != first.session_id
+    mine = [s.session_id for s in lifecycle.list_sessions(AGENT)]
+    assert first.session_id in mine
+    assert theirs.session_id not in mine
+    assert [s.session_id for s in lifecycle.list_sessions(OTHER_AGENT)] == [theirs.session_id]
+    await lifecycle.close_session(AGENT, first.session_id)
+    reopened = lifecycle.open_session(AGENT, "", {}, name="work")
+    assert reopened.session_id != first.session_id  # closed: the name opens a new one
+
+
+@pytest.mark.parametrize("name", ["a b", "x" * 65, "ünï", "a/b"])
+def test_a_bad_session_name_is_refused(tmp_path: Path, name: str) -> None:
+    world = build(tmp_path)
+    with pytest.raises(InvalidArgument):
+        world.lifecycle.open_session(AGENT, "", {}, name=name)
+
+
+async def test_an_idle_named_session_is_closed_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    world = build(tmp_path, session_idle_seconds=60.0)
+    lifecycle = world.lifecycle
+    idle = lifecycle.open_session(AGENT, "", {}, name="idle")
+    used = lifecycle.open_session(AGENT, "", {}, name="used")
+    world.clock.advance(50)
+    lifecycle.open_session(AGENT, "", {}, name="used")  # reopening is a use
+    world.clock.advance(20)
+    assert await lifecycle.close_idle() == 1
+    remaining = {s.session_id for s in lifecycle.list_sessions(AGENT)}
+    assert idle.session_id not in remaining
+    assert used.session_id in remaining
+    assert world.session_id in remaining  # unnamed sessions live until closed

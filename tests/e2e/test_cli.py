@@ -163,6 +163,48 @@ def test_a_gated_call_says_it_waits_and_waits_for_the_approver(server_dir: Path)
     assert err.count("\n") == 0  # the waiting line was the only one
 
 
+def test_a_named_session_keeps_read_state_across_cli_invocations(server_dir: Path) -> None:
+    """`callgate call` opened a fresh session each time, so a file could never be overwritten
+    from the CLI (`stale_read`: it was read in another session). With `--session NAME` the
+    read carries over; `callgate session list|close` show and end it."""
+    rule = _cli(
+        "rules",
+        "add",
+        "--effect",
+        "allow",
+        "--kind",
+        "filesystem.write",
+        "--match",
+        f"tree:{server_dir.resolve()}",
+        "--scope",
+        f"workspace:{server_dir.resolve()}",
+        cwd=server_dir,
+    )
+    assert rule.returncode == 0, rule.stderr
+    write = ("WriteFile", '{"path": "hello.txt", "content": "overwritten\\n"}')
+    # Without a named session: the read is in another session, and the write is refused.
+    assert _cli("call", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir).returncode == 0
+    refused = _cli("call", *write, cwd=server_dir)
+    assert refused.returncode == 1
+    assert "stale_read" in refused.stderr
+    # With one: read, then overwrite, in two invocations.
+    read = _cli("call", "--session", "work", "ReadFile", '{"path": "hello.txt"}', cwd=server_dir)
+    assert read.returncode == 0, read.stderr
+    written = _cli("call", "--session", "work", *write, cwd=server_dir)
+    assert written.returncode == 0, written.stderr
+    assert (server_dir / "hello.txt").read_text() == "overwritten\n"
+    listed = _cli("session", "list", cwd=server_dir)
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [row for row in listed.stdout.splitlines() if row.startswith("work\t")]
+    session_id = line.split("\t")[1]
+    closed = _cli("session", "close", "work", cwd=server_dir)
+    assert closed.returncode == 0, closed.stderr
+    assert session_id not in _cli("session", "list", cwd=server_dir).stdout
+    missing = _cli("session", "close", "work", cwd=server_dir)
+    assert missing.returncode == 1
+    assert "no open session work" in missing.stderr
+
+
 def test_bad_config_fails_with_one_line_naming_the_key(tmp_path: Path) -> None:
     """A wrong value in the TOML file stops `serve` at once with one line naming the key."""
     config = tmp_path / "callgate.toml"

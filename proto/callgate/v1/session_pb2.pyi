@@ -78,6 +78,8 @@ class Session(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     SANDBOX_WARNING_FIELD_NUMBER: _builtins.int
     SANDBOX_LIMITS_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    LAST_USED_TIME_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Opaque, unguessable identifier."""
     workspace: _builtins.str
@@ -93,11 +95,17 @@ class Session(_message.Message):
     "cgroup-v2", "cgroup-v1", "rlimit" (no bound on the number of processes when the
     server runs as root) or "none".
     """
+    name: _builtins.str
+    """The name the session was opened with (OpenSessionRequest.name); empty when it has none."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The labels given at OpenSession."""
+
+    @_builtins.property
+    def last_used_time(self) -> _timestamp_pb2.Timestamp:
+        """When the session was last used (opened, reopened, or a call prepared or invoked)."""
 
     def __init__(
         self,
@@ -110,10 +118,12 @@ class Session(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         sandbox_warning: _builtins.str = ...,
         sandbox_limits: _builtins.str = ...,
+        name: _builtins.str = ...,
+        last_used_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "labels", b"labels", "sandbox_limits", b"sandbox_limits", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "labels", b"labels", "last_used_time", b"last_used_time", "name", b"name", "sandbox_limits", b"sandbox_limits", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

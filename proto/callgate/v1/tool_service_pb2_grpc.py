@@ -55,6 +55,11 @@ class ToolServiceStub:
                 request_serializer=callgate_dot_v1_dot_tool__service__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_tool__service__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/callgate.v1.ToolService/ListSessions',
+                request_serializer=callgate_dot_v1_dot_tool__service__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_tool__service__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
         self.OpenLoop = channel.unary_unary(
                 '/callgate.v1.ToolService/OpenLoop',
                 request_serializer=callgate_dot_v1_dot_tool__service__pb2.OpenLoopRequest.SerializeToString,
@@ -137,6 +142,13 @@ class ToolServiceServicer:
 
     def GetSession(self, request, context):
         """Returns a session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """Lists the caller's open sessions (another principal's are never listed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -263,6 +275,11 @@ def add_ToolServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=callgate_dot_v1_dot_tool__service__pb2.GetSessionRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_tool__service__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=callgate_dot_v1_dot_tool__service__pb2.ListSessionsRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_tool__service__pb2.ListSessionsResponse.SerializeToString,
             ),
             'OpenLoop': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenLoop,
@@ -407,6 +424,33 @@ class ToolService:
             '/callgate.v1.ToolService/GetSession',
             callgate_dot_v1_dot_tool__service__pb2.GetSessionRequest.SerializeToString,
             callgate_dot_v1_dot_tool__service__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.ToolService/ListSessions',
+            callgate_dot_v1_dot_tool__service__pb2.ListSessionsRequest.SerializeToString,
+            callgate_dot_v1_dot_tool__service__pb2.ListSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

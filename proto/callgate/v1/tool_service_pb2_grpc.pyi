@@ -45,6 +45,8 @@ class ToolServiceStub:
     """Closes a session: its calls can no longer be used and its resources are released."""
     GetSession: _grpc.UnaryUnaryMultiCallable[_tool_service_pb2.GetSessionRequest, _tool_service_pb2.GetSessionResponse]
     """Returns a session."""
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_tool_service_pb2.ListSessionsRequest, _tool_service_pb2.ListSessionsResponse]
+    """Lists the caller's open sessions (another principal's are never listed)."""
     OpenLoop: _grpc.UnaryUnaryMultiCallable[_tool_service_pb2.OpenLoopRequest, _tool_service_pb2.OpenLoopResponse]
     """Opens an extra loop (a sub-agent) inside a session. Loops have their own file
     observations and task graphs.
@@ -118,6 +120,8 @@ class ToolServiceAsyncStub(ToolServiceStub):
     """Closes a session: its calls can no longer be used and its resources are released."""
     GetSession: _aio.UnaryUnaryMultiCallable[_tool_service_pb2.GetSessionRequest, _tool_service_pb2.GetSessionResponse]  # type: ignore[assignment]
     """Returns a session."""
+    ListSessions: _aio.UnaryUnaryMultiCallable[_tool_service_pb2.ListSessionsRequest, _tool_service_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """Lists the caller's open sessions (another principal's are never listed)."""
     OpenLoop: _aio.UnaryUnaryMultiCallable[_tool_service_pb2.OpenLoopRequest, _tool_service_pb2.OpenLoopResponse]  # type: ignore[assignment]
     """Opens an extra loop (a sub-agent) inside a session. Loops have their own file
     observations and task graphs.
@@ -206,6 +210,14 @@ class ToolServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_tool_service_pb2.GetSessionResponse, _abc.Awaitable[_tool_service_pb2.GetSessionResponse]]:
         """Returns a session."""
+
+    @_abc_1.abstractmethod
+    def ListSessions(
+        self,
+        request: _tool_service_pb2.ListSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tool_service_pb2.ListSessionsResponse, _abc.Awaitable[_tool_service_pb2.ListSessionsResponse]]:
+        """Lists the caller's open sessions (another principal's are never listed)."""
 
     @_abc_1.abstractmethod
     def OpenLoop(
