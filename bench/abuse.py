@@ -21,6 +21,12 @@ agent token and calls its policy allows, as an adversarial review did:
   stream   InvokeStream of a command printing 6 MiB, then 32 MiB, with a 3 s time limit,
            its reader stalling 6 s after the first chunk: how the RPC ended and the
            call's state in GetCall (it must say SUCCEEDED whatever the stream did).
+  prepare  48 sessions, each with 8 Prepares of a large Bash command (~30 KiB, 1,000
+           segments) in flight at once on its Exchange stream, for 5 rounds: the health check's
+           p50/p99 next to the idle probe and the 50 ms bound.
+  shares   what one session can fill without an approver, against its share: task text
+           (TaskCreate until refused, next to `limits.session_share` of
+           `limits.max_task_text_bytes`), and whether a second session still creates a task.
 
 Adversarial commands run only inside the server's sandbox (bubblewrap, read-only root, a
 pids limit proven by the server's health report before the bomb is sent); without bwrap
@@ -33,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -60,7 +68,14 @@ from bench.load import (
 from callgate.client import CallgateClient, CallgateClientError, ClientSession, ToolResult
 from callgate.server.config import LimitsConfig, ProcessesConfig
 
-SECTIONS: Final = ("memory", "spool", "stall", "sigterm", "stream")
+SECTIONS: Final = ("memory", "spool", "stall", "sigterm", "stream", "prepare", "shares")
+PREPARE_SESSIONS: Final = 48
+PREPARE_IN_FLIGHT: Final = 8
+PREPARE_ROUNDS: Final = 2
+# Shell just under the parse cap (4,000 syntax nodes): segments the command rules read option
+# by option, the most work one Prepare can ask of the event loop.
+BIG_SEGMENTS: Final = 250
+BIG_COMMAND: Final = " && ".join(f"git log --oneline -n {i} -- f{i}" for i in range(BIG_SEGMENTS))
 TOOL_SERVICE: Final = "callgate.v1.ToolService"
 LIMITS_TRAILER: Final = "callgate-sandbox-limits"
 MIB: Final = 1 << 20
@@ -506,12 +521,110 @@ async def stream_section(root: Path) -> None:
         await session.close()
 
 
+async def prepare_section(root: Path) -> None:
+    async with server_with(root, f"\n[limits]\nmax_sessions = {PREPARE_SESSIONS + 2}\n") as server:
+        idle = await probed(server.target, lambda: asyncio.sleep(2.0))
+        async with contextlib.AsyncExitStack() as stack:
+            # One client (one Exchange stream) per agent, as separate agents would have.
+            clients = [
+                await stack.enter_async_context(CallgateClient(server.target, token=server.token))
+                for _ in range(PREPARE_SESSIONS)
+            ]
+            sessions = [await client.open_session() for client in clients]
+            prepared = 0
+            serial = itertools.count()
+
+            async def agent(session: ClientSession) -> None:
+                nonlocal prepared
+                for _ in range(PREPARE_ROUNDS):
+                    calls = await asyncio.gather(
+                        *(
+                            # Each text new, as an attacker would send them: nothing cached.
+                            session.prepare("Bash", {"command": f"{BIG_COMMAND} && echo {n}"})
+                            for n in (next(serial) for _ in range(PREPARE_IN_FLIGHT))
+                        )
+                    )
+                    prepared += len(calls)
+                    for call in calls:
+                        await session.cancel(call.execution_id)
+
+            async def flood() -> None:
+                await asyncio.gather(*(agent(session) for session in sessions))
+
+            started = time.perf_counter()
+            busy = await probed(server.target, flood)
+            elapsed = time.perf_counter() - started
+            p99 = busy.percentile(0.99)
+            row(
+                "prepare",
+                f"health p99 during {PREPARE_SESSIONS} sessions' Bash Prepares (ms)",
+                f"{p99:.1f}",
+                f"< {HEALTH_BOUND_MS:g} (idle {idle.percentile(0.99):.1f})",
+                p99 < HEALTH_BOUND_MS and not busy.failures,
+            )
+            row(
+                "prepare",
+                "health p50 during them (ms)",
+                f"{busy.percentile(0.5):.1f}",
+                f"idle {idle.percentile(0.5):.1f}",
+            )
+            row(
+                "prepare",
+                f"Prepares of {len(BIG_COMMAND) >> 10} KiB commands",
+                f"{prepared} in {elapsed:.1f} s",
+                "all answered",
+                prepared == PREPARE_SESSIONS * PREPARE_IN_FLIGHT * PREPARE_ROUNDS,
+            )
+            for session in sessions:
+                await session.close()
+
+
+async def shares_section(root: Path) -> None:
+    total = 4 * MIB
+    share = 0.5
+    extra = f"\n[limits]\nmax_task_text_bytes = {total}\nsession_share = {share}\n"
+    async with (
+        server_with(root, extra) as server,
+        CallgateClient(server.target, token=server.token) as client,
+    ):
+        if True:
+            greedy = await client.open_session()
+            created, reason = 0, ""
+            while not reason and created < 10_000:
+                try:
+                    await greedy.run("TaskCreate", {"subject": "s", "description": "d" * 16_000})
+                    created += 1
+                except CallgateClientError as error:
+                    reason = error.reason
+            bound = int(total * share)
+            row(
+                "shares",
+                "task text one session stored before refused",
+                f"~{created * 16_256 >> 10} KiB ({created} tasks)",
+                f"<= {bound >> 10} KiB ({reason or 'never refused'})",
+                created * 16_256 <= bound and reason == "TASK_BUDGET",
+            )
+            other = await client.open_session()
+            result = await other.run("TaskCreate", {"subject": "other session"})
+            row(
+                "shares",
+                "a second session's TaskCreate meanwhile",
+                "created" if not result.is_error else result.error_code,
+                "created",
+                not result.is_error,
+            )
+            await greedy.close()
+            await other.close()
+
+
 RUNNERS: Final = {
     "memory": memory_section,
     "spool": spool_section,
     "stall": stall_section,
     "sigterm": sigterm_section,
     "stream": stream_section,
+    "prepare": prepare_section,
+    "shares": shares_section,
 }
 
 

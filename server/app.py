@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ APPROVAL_SERVICE = "callgate.v1.ApprovalService"
 AUDIT_SERVICE = "callgate.v1.AuditService"
 RULES_DB = "rules.db"
 SWEEP_INTERVAL_SECONDS = 1.0
+SWITCH_INTERVAL_SECONDS = 0.001
 # After the grace period: how long cancelled invocations get to send their answers.
 ANSWER_SECONDS = 5.0
 
@@ -628,6 +630,10 @@ class App:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[RunningServer]:
         """Start serving; on exit, drain gracefully and stop."""
+        # Worker threads (a long command's parse, see Bash.warm) hand the GIL back to the
+        # event loop's thread after 1 ms rather than Python's default 5 ms, so that requests
+        # such as the health check wait at most a few of those behind them.
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         await self.journal.open()
         await anyio.to_thread.run_sync(self._sweep_session_dirs)
         for rule in await self.rule_store.load():

@@ -64,7 +64,7 @@ from .sessions import (
     new_id,
 )
 from .telemetry import NO_TELEMETRY, Phase, Telemetry
-from .tool import LoopState, OutputSink, ToolContext, ToolPlugin
+from .tool import LoopState, OutputSink, ToolContext, ToolPlugin, Warmable
 
 __all__ = [
     "APPROVE_WAIT_CAP_SECONDS",
@@ -282,6 +282,19 @@ class Lifecycle:
         return self.tools.infos(session.workspace)
 
     # ------------------------------------------------------------------ calls
+
+    async def warm(
+        self, principal: Principal, session_id: str, loop_id: str, tool_name: str, arguments: str
+    ) -> None:
+        """Before `prepare`: a tool's heavy pure work, off the event loop (`Warmable`). Does
+        nothing for an unknown session, loop or tool (Prepare answers those)."""
+        session = self._sessions.get(session_id)
+        if session is None or session.owner != principal.name:
+            return
+        loop = session.loops.get(loop_id or session.default_loop_id)
+        tool: object = loop.tools.get(tool_name) if loop is not None else None
+        if isinstance(tool, Warmable):
+            await tool.warm(arguments)
 
     def prepare(
         self,

@@ -166,6 +166,16 @@ class ToolPlugin(Protocol):
 
 
 @runtime_checkable
+class Warmable(Protocol):
+    """A tool whose Prepare has heavy pure work (Bash: parsing a long command). `warm` does it
+    in a worker thread first, from the raw JSON text, so that the synchronous Prepare on the
+    event loop finds it cached; it has no effect and raises nothing (a bad argument is
+    Prepare's to refuse)."""
+
+    async def warm(self, arguments_json: str) -> None: ...
+
+
+@runtime_checkable
 class SessionDescribed(Protocol):
     """A tool whose description depends on the session (Skill lists the skills its workspace
     offers). ListTools uses `describe` instead of the static description when a tool has it."""

@@ -70,6 +70,10 @@ class ExchangeStream:
         self._unwritten = 0
         self._writing = anyio.Lock(fast_acquire=True)
         self._reading = anyio.CancelScope()
+        # Set when the last Prepare taken from the stream is done: an operation taken after a
+        # Prepare starts only then, so that the stream's messages are still taken in order
+        # (a pipelined Invoke meets its call settled) although a Prepare may wait its turn.
+        self._last_prepare: anyio.Event | None = None
 
     def stop_reading(self) -> None:
         """Takes no further operations (the server is stopping): the stream ends with
@@ -122,13 +126,32 @@ class ExchangeStream:
         else:
             self._in_flight.add(request.id)
             self._unwritten += 1
-            operations.start_soon(self._run, request.id, field, getattr(request, field))
+            after = self._last_prepare
+            done = None
+            if field == "prepare":
+                done = self._last_prepare = anyio.Event()
+            operations.start_soon(
+                self._run, request.id, field, getattr(request, field), after, done
+            )
 
-    async def _run(self, request_id: int, field: str, message: object) -> None:
+    async def _run(
+        self,
+        request_id: int,
+        field: str,
+        message: object,
+        after: anyio.Event | None = None,
+        done: anyio.Event | None = None,
+    ) -> None:
         try:
             response = pb.ExchangeResponse(id=request_id)
             try:
-                answer = await self._operations[field](message, self._call)
+                if after is not None and not after.is_set():
+                    await after.wait()
+                try:
+                    answer = await self._operations[field](message, self._call)
+                finally:
+                    if done is not None:
+                        done.set()
                 getattr(response, field).CopyFrom(answer)
             except CallgateError as error:
                 response.error.CopyFrom(status_proto(error))
@@ -142,6 +165,8 @@ class ExchangeStream:
                 self._in_flight.discard(request_id)
             await self._write(response)
         finally:
+            if done is not None:
+                done.set()  # also when cancelled before its turn: nothing waits forever
             self._unwritten -= 1
 
     async def _answer_error(self, request_id: int, error: CallgateError) -> None:

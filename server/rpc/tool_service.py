@@ -11,6 +11,7 @@ from callgate.v1 import tool_service_pb2 as pb
 
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
+from .fair_gate import FairGate
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 from .output_stream import OutputStream, StreamBudget
 
@@ -22,6 +23,8 @@ class ToolServicer:
         self.lifecycle = lifecycle
         # Output buffered for InvokeStream readers (see output_stream).
         self.stream_budget = stream_budget or StreamBudget(8 << 20, 64 << 20)
+        # Prepare's synchronous work, one at a time, sessions taking turns (fair_gate).
+        self.prepare_gate = FairGate()
         # Exchange runs each operation through the unary handler of the same RPC.
         commit = lifecycle.journal.commit
         self._exchange_operations: dict[str, UnaryHandler] = {
@@ -102,17 +105,25 @@ class ToolServicer:
         return pb.ListToolsResponse(tools=[tool_info_to_proto(i) for i in infos])
 
     async def prepare(self, request: pb.PrepareRequest, call: Call) -> pb.PrepareResponse:
-        snapshot = self.lifecycle.prepare(
+        await self.lifecycle.warm(
             call.principal,
             request.session_id,
             request.loop_id,
             request.tool_name,
             request.arguments_json,
-            request.request_id,
-            request.evaluate,
-            request.batch_id,
-            request.execution_id,
         )
+        async with self.prepare_gate.turn(request.session_id):
+            snapshot = self.lifecycle.prepare(
+                call.principal,
+                request.session_id,
+                request.loop_id,
+                request.tool_name,
+                request.arguments_json,
+                request.request_id,
+                request.evaluate,
+                request.batch_id,
+                request.execution_id,
+            )
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 
     async def approve(self, request: pb.ApproveRequest, call: Call) -> pb.ApproveResponse:

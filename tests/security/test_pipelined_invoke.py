@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
 import anyio
 import grpc
@@ -16,7 +17,7 @@ import pytest
 from callgate.v1 import tool_call_pb2 as cpb
 from callgate.v1 import tool_service_pb2 as tpb
 from tests.support.calls import open_session, prepare
-from tests.support.server import Harness
+from tests.support.server import Harness, serve
 from tests.support.status import failure
 
 pytestmark = pytest.mark.anyio
@@ -194,3 +195,19 @@ async def test_client_chosen_ids_are_checked_and_unique(harness: Harness) -> Non
     minted = await prepare(stub, session_id, "ReadFile", {"path": "a.txt"})
     assert minted.execution_id.startswith("call_")
     assert minted.execution_id != chosen
+
+
+async def test_a_long_command_parsed_off_the_loop_still_meets_its_pipelined_invoke(
+    tmp_path: Path,
+) -> None:
+    """A long Bash command is parsed in a worker thread before its Prepare runs (Bash.warm),
+    and Prepares take turns: the Prepare then awaits, yet the Invoke written right behind it on
+    the stream still runs only once the call is settled, and runs it."""
+    command = " && ".join(f"echo {index}" for index in range(200))  # > 1 KiB: parsed in a thread
+    async with serve(tmp_path, access={"command": "allow"}) as harness:
+        session_id = await open_session(harness.stub())
+        prepared, invoked = await pipelined(harness, session_id, "Bash", {"command": command})
+        assert prepared.prepare.call.state == cpb.STATE_APPROVED
+        assert invoked.WhichOneof("outcome") == "invoke", invoked
+        assert invoked.invoke.call.state == cpb.STATE_SUCCEEDED
+        assert invoked.invoke.result.text.startswith("0\n1\n")

@@ -39,15 +39,20 @@ Decisions:
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from typing import ClassVar, Protocol
+
+import anyio
+import anyio.to_thread
 
 from ...commands import (
     command_warnings,
     family_words,
     is_family_pattern,
     normalize_command,
+    parse_command,
     rule_candidates,
 )
 from ...core.errors import arguments_invalid
@@ -72,6 +77,8 @@ from .command_spec import CommandRefused, CommandSettings, command_spec
 from .shell_escapes import supervision_escape, uses_setsid
 
 MAX_COMMAND_BYTES = 64 << 10
+# Commands shorter than this parse in well under a millisecond: not worth a thread hand-off.
+WARM_MIN_BYTES = 1024
 MAX_PATH_CHARS = 4096
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_FOREGROUND_TIMEOUT_SECONDS = 600.0
@@ -99,6 +106,22 @@ def _summary(command: str) -> str:
     if len(flat) > SUMMARY_CHARS:
         flat = flat[: SUMMARY_CHARS - 1] + "…"
     return f"Bash: {flat}"
+
+
+# Parsing long commands off the event loop: one worker at a time, so that the event loop's
+# thread competes with one thread for the GIL, not with many.
+_WARMING = anyio.CapacityLimiter(1)
+
+
+def _warm_parse(arguments_json: str) -> None:
+    """Parse the command of raw Bash arguments into the parse cache; errors are Prepare's."""
+    try:
+        arguments = json.loads(arguments_json)
+    except ValueError:
+        return
+    command = arguments.get("command") if isinstance(arguments, dict) else None
+    if isinstance(command, str) and len(command) <= MAX_COMMAND_BYTES and "\x00" not in command:
+        parse_command(normalize_command(command))
 
 
 def _check_command(command: str) -> str:
@@ -223,6 +246,11 @@ class Bash(Tool[BashArguments, BashArtifact]):
         self.runner = runner
         self.settings = settings or CommandSettings(env_passthrough={})
         self.background = background
+
+    async def warm(self, arguments_json: str) -> None:
+        """Parse the command in a worker thread (a 64 KiB command can take tens of ms)."""
+        if len(arguments_json) > WARM_MIN_BYTES:
+            await anyio.to_thread.run_sync(_warm_parse, arguments_json, limiter=_WARMING)
 
     def prepare_args(self, args: BashArguments, ctx: ToolContext) -> Prepared:
         command = _check_command(args.command)
