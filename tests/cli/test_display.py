@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import unicodedata
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from callgate.cli.display import (
     visible,
 )
 from callgate.client import (
+    CallgateClient,
     PendingApproval,
     PendingQuestion,
     Preview,
@@ -29,6 +31,7 @@ from callgate.client import (
 from callgate.client.conversion import approval_item_from_proto, rule_from_proto
 from callgate.v1 import approval_service_pb2, tool_call_pb2
 from tests.client.scripted_server import TIME, call_message
+from tests.support.server import serve
 
 DIGEST = "0123456789abcdef" * 4
 
@@ -291,3 +294,22 @@ def test_colour_follows_the_terminal_and_no_color(monkeypatch: pytest.MonkeyPatc
     assert not wants_colour(io.StringIO())
     monkeypatch.setenv("NO_COLOR", "1")
     assert not wants_colour(Terminal())
+
+
+@pytest.mark.anyio
+async def test_a_plain_command_shows_no_warning_for_callgates_own_line_breaks(
+    tmp_path: Path,
+) -> None:
+    """The Bash requirement's description is several lines by design (the command below its
+    heading): an ordinary command, as the server describes it, draws no warning; only
+    characters in the agent's own text do."""
+    async with serve(tmp_path) as harness:
+        async with CallgateClient(harness.tcp_target, token=harness.tokens["agent"]) as agent:
+            session = await agent.open_session()
+            call = await session.prepare("Bash", {"command": "git status"}, evaluate=True)
+        async with CallgateClient(harness.tcp_target, token=harness.tokens["approver"]) as human:
+            pending = await human.approvals.pending(call.execution_id)
+    assert "\n" in pending.unmet[0].description
+    shown = render_approval(pending, now=TIME)
+    assert "git status" in shown
+    assert "WARNING" not in shown
