@@ -24,6 +24,7 @@ from callgate.server.core.errors import (
 )
 from callgate.v1 import tool_service_pb2 as pb
 
+from .fair_gate import SETTLED
 from .handlers import Call, UnaryHandler
 from .status import status_proto
 
@@ -147,6 +148,8 @@ class ExchangeStream:
             try:
                 if after is not None and not after.is_set():
                     await after.wait()
+                if done is not None:
+                    SETTLED.set(done)  # this task's own context: set once the call is settled
                 try:
                     answer = await self._operations[field](message, self._call)
                 finally:

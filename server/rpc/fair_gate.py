@@ -11,11 +11,19 @@ turn is taken without yielding to the event loop (the fast path costs nothing).
 
 from __future__ import annotations
 
+import contextvars
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+
+# Set by an Exchange stream around a Prepare it runs: the Prepare sets the event as soon as the
+# call is settled (before its answer is committed and written), which is all the operations
+# written after it on the stream wait for.
+SETTLED: contextvars.ContextVar[anyio.Event | None] = contextvars.ContextVar(
+    "callgate_prepare_settled", default=None
+)
 
 
 class FairGate:

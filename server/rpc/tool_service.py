@@ -11,7 +11,7 @@ from callgate.v1 import tool_service_pb2 as pb
 
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
-from .fair_gate import FairGate
+from .fair_gate import SETTLED, FairGate
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 from .output_stream import OutputStream, StreamBudget
 
@@ -124,6 +124,9 @@ class ToolServicer:
                 request.batch_id,
                 request.execution_id,
             )
+        settled = SETTLED.get()
+        if settled is not None:
+            settled.set()  # a pipelined Invoke behind it may start now
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 
     async def approve(self, request: pb.ApproveRequest, call: Call) -> pb.ApproveResponse:
