@@ -127,8 +127,9 @@ class ApprovalConfig(BaseModel):
 class SessionsConfig(BaseModel):
     model_config = _STRICT
 
-    # A named session (OpenSessionRequest.name) unused this long, with nothing running, is
-    # closed (its processes stopped, its session approvals gone).
+    # A named session (OpenSessionRequest.name) unused this long (no Prepare, Invoke or
+    # reopen) while no call of it runs is closed: its background processes are stopped and its
+    # session approvals go.
     idle_seconds: Annotated[float, Field(gt=0, le=30 * 86_400)] = 3600.0
 
 

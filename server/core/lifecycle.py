@@ -221,7 +221,8 @@ class Lifecycle:
         return [self._session_snapshot(s) for s in sorted(mine, key=lambda s: s.create_time)]
 
     async def close_idle(self) -> int:
-        """Close every named session unused for `session_idle_seconds` with nothing running;
+        """Close every named session unused for `session_idle_seconds` while no call of it runs
+        (its background processes are stopped with it);
         returns how many were closed."""
         horizon = self.clock.monotonic() - self.settings.session_idle_seconds
         idle = [
