@@ -24,7 +24,7 @@ from callgate.server.core.errors import (
 )
 from callgate.v1 import tool_service_pb2 as pb
 
-from .fair_gate import SETTLED
+from ..core.fair_gate import SETTLED
 from .handlers import Call, UnaryHandler
 from .status import status_proto
 

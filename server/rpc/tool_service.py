@@ -9,9 +9,9 @@ from callgate.server.core.lifecycle import Lifecycle
 from callgate.server.core.tool import OutputSink
 from callgate.v1 import tool_service_pb2 as pb
 
+from ..core.fair_gate import SETTLED, FairGate
 from .convert import call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
-from .fair_gate import SETTLED, FairGate
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 from .output_stream import OutputStream, StreamBudget
 

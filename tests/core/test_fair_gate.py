@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from callgate.server.rpc.fair_gate import FairGate
+from callgate.server.core.fair_gate import FairGate
 
 pytestmark = pytest.mark.anyio
 
