@@ -755,5 +755,9 @@ class App:
     async def _sweep_forever(self) -> None:
         while True:
             await anyio.sleep(SWEEP_INTERVAL_SECONDS)
-            self.lifecycle.sweep()
-            await self.lifecycle.close_idle()
+            try:
+                self.lifecycle.sweep()
+                await self.lifecycle.close_idle()
+            except Exception:
+                # One failed sweep must not end the server (its task group): the next retries.
+                log.exception("the sweep of expired calls and idle sessions failed")

@@ -46,6 +46,7 @@ from .errors import (
     Unavailable,
     request_invalid,
 )
+from .fair_gate import FairGate
 from .gate import Gate
 from .journal import Journal, NullJournal
 from .models import RequirementKind, State, ToolInfo, ToolResult
@@ -109,6 +110,8 @@ class Lifecycle:
         self.protected = protected
         self.clock: Clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
+        # Turns at warming (a tool's heavy pure work in a thread), session by session.
+        self._warm_gate = FairGate()
         # (owner, name) -> session ID of the open named sessions.
         self._named: dict[tuple[str, str], str] = {}
         self._running_total = 0
@@ -206,9 +209,9 @@ class Lifecycle:
         log.info("session closed", extra={"session_id": session_id})
 
     def _drop_session(self, session: Session) -> None:
-        del self._sessions[session.session_id]
-        if session.name:
-            self._named.pop((session.owner, session.name), None)
+        self._sessions.pop(session.session_id, None)
+        if session.name and self._named.get((session.owner, session.name)) == session.session_id:
+            del self._named[(session.owner, session.name)]
 
     def _touch(self, session: Session) -> None:
         session.last_used = self.clock.now()
@@ -224,17 +227,23 @@ class Lifecycle:
         """Close every named session unused for `session_idle_seconds` while no call of it runs
         (its background processes are stopped with it);
         returns how many were closed."""
-        horizon = self.clock.monotonic() - self.settings.session_idle_seconds
-        idle = [
-            s
-            for s in self._sessions.values()
-            if s.name and s.running == 0 and s.last_used_monotonic < horizon
-        ]
-        for session in idle:
+        closed = 0
+        for session in list(self._sessions.values()):
+            # Checked again for each one: closing the previous one awaited, and meanwhile this
+            # one may have been closed by its owner, reopened or used.
+            horizon = self.clock.monotonic() - self.settings.session_idle_seconds
+            if (
+                self._sessions.get(session.session_id) is not session
+                or not session.name
+                or session.running
+                or session.last_used_monotonic >= horizon
+            ):
+                continue
             self._drop_session(session)
             await self._close(session)
+            closed += 1
             log.info("idle session closed", extra={"session_id": session.session_id})
-        return len(idle)
+        return closed
 
     async def _close(self, session: Session) -> None:
         session.closed = True
@@ -292,10 +301,15 @@ class Lifecycle:
         session = self._sessions.get(session_id)
         if session is None or session.owner != principal.name:
             return
+        if len(arguments) > self.settings.max_argument_bytes:
+            return  # Prepare refuses it unread
         loop = session.loops.get(loop_id or session.default_loop_id)
         tool: object = loop.tools.get(tool_name) if loop is not None else None
         if isinstance(tool, Warmable):
-            await tool.warm(arguments)
+            # Sessions take turns here too: one session's flood of long commands delays
+            # another's by at most one parse.
+            async with self._warm_gate.turn(session_id):
+                await tool.warm(arguments)
 
     def prepare(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import tempfile
@@ -38,6 +39,7 @@ from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
 from callgate.server.core.models import DenialKind, RequirementKind, SandboxMode, State
 from callgate.server.core.paths import DEFAULT_DENIED_GLOBS, ProtectedPaths
 from callgate.server.core.principals import Principal, Role
+from callgate.server.core.resources import ResourceKey
 from callgate.server.core.rules import Effect, Rule, RuleBook
 from callgate.server.core.tool import Tool
 from tests.support.tools import (
@@ -1043,3 +1045,52 @@ async def test_an_idle_named_session_is_closed_and_a_busy_one_is_not(tmp_path: P
     assert idle.session_id not in remaining
     assert used.session_id in remaining
     assert world.session_id in remaining  # unnamed sessions live until closed
+
+
+class _SlowClose:
+    """A session resource whose close waits for the test: the idle sweep awaits it."""
+
+    def __init__(self) -> None:
+        self.closing = anyio.Event()
+        self.release = anyio.Event()
+
+    async def aclose(self) -> None:
+        self.closing.set()
+        await self.release.wait()
+
+
+@pytest.mark.parametrize("meanwhile", ["closed by its owner", "reopened", "used"])
+async def test_the_idle_sweep_checks_each_session_again_before_closing_it(
+    tmp_path: Path, meanwhile: str
+) -> None:
+    """While the sweep awaits the close of one idle session, its owner closes, reopens or
+    uses the next one: the sweep neither crashes (it once did, taking the server down with a
+    KeyError) nor closes a session that is no longer idle."""
+    world = build(tmp_path, session_idle_seconds=60.0)
+    lifecycle = world.lifecycle
+    first = lifecycle.open_session(AGENT, "", {}, name="first")
+    second = lifecycle.open_session(AGENT, "", {}, name="second")
+    slow = _SlowClose()
+    lifecycle._sessions[first.session_id].resources.get(ResourceKey("slow"), lambda: slow)
+    world.clock.advance(120)
+    closed: list[int] = []
+    async with anyio.create_task_group() as group:
+
+        async def sweep() -> None:
+            closed.append(await lifecycle.close_idle())
+
+        group.start_soon(sweep)
+        await slow.closing.wait()
+        if meanwhile == "closed by its owner":
+            await lifecycle.close_session(AGENT, second.session_id)
+        elif meanwhile == "reopened":
+            lifecycle.open_session(AGENT, "", {}, name="second")
+        else:
+            dataclasses.replace(world, session_id=second.session_id).prepare(
+                "Note", {"text": "still here"}
+            )
+        slow.release.set()
+    assert closed == [1]
+    remaining = {s.session_id for s in lifecycle.list_sessions(AGENT)}
+    assert first.session_id not in remaining
+    assert (second.session_id in remaining) == (meanwhile != "closed by its owner")

@@ -36,15 +36,34 @@ async def start(harness: Harness, session: str, command: str, loop_id: str = "")
     return json.loads(response.result.json) if response.result.json else response.result
 
 
-async def wait_all(harness: Harness, session: str, ids: list[str], loop_id: str = "") -> Any:
+async def wait_all(
+    harness: Harness, session: str, ids: list[str], loop_id: str = "", timeout_ms: int = 20000
+) -> Any:
+    wait = "all" if timeout_ms else "poll"
     response = await run(
         harness.stub(),
         session,
         "ProcessOutput",
-        {"process_ids": ids, "wait": "all", "timeout_ms": 20000, "limit_bytes": 1},
+        {"process_ids": ids, "wait": wait, "timeout_ms": timeout_ms, "limit_bytes": 1},
         loop_id=loop_id,
     )
     return json.loads(response.result.json)
+
+
+async def printed(harness: Harness, session: str, process_id: str, size: int) -> None:
+    """Wait (on the server: `wait: any`) until the process has printed `size` bytes."""
+    cursor = 0
+    while True:
+        response = await run(
+            harness.stub(),
+            session,
+            "ProcessOutput",
+            {"process_id": process_id, "cursor": cursor, "wait": "any", "timeout_ms": 20000},
+        )
+        state = json.loads(response.result.json)
+        if state["total_bytes"] >= size:
+            return
+        cursor = state["next_cursor"]
 
 
 async def refused_for_spool(harness: Harness, session: str) -> None:
@@ -73,12 +92,15 @@ async def test_spools_share_one_budget_and_a_start_past_it_fails(tmp_path: Path)
     async with serve(tmp_path, **config) as harness:
         stub = harness.stub()
         session = await open_session(stub)
-        noisy = "head -c 5000000 /dev/zero | tr '\\0' a"
+        # They print, then stay running: their spools stay theirs (finished processes are
+        # forgotten to make room for a new start).
+        noisy = "head -c 5000000 /dev/zero | tr '\\0' a; exec sleep 60"
         first = await start(harness, session, noisy)
         second = await start(harness, session, noisy)
         ids = [first["process_id"], second["process_id"]]
-        done = await wait_all(harness, session, ids)
-        assert all(p["status"] != "running" for p in done["processes"])
+        for process_id in ids:
+            await printed(harness, session, process_id, 5000000)
+        done = await wait_all(harness, session, ids, timeout_ms=0)
         # 10 MB printed, 8 MiB of per-process caps: the budget holds them to 6 MiB.
         assert spool_bytes(harness.state_dir) <= 6 * MIB
         assert any(p["spool_stopped"] == "spool_budget" for p in done["processes"])
@@ -109,11 +131,12 @@ async def test_one_session_holds_at_most_its_share_of_the_spool_budget(tmp_path:
         stub = harness.stub()
         greedy = await open_session(stub)
         ids = []
-        for size in (1900000, 5000000):  # the second one runs into the share
-            started = await start(harness, greedy, f"head -c {size} /dev/zero | tr '\\0' a")
+        for size in (1900000, 5000000):  # the second one runs into the share; both stay running
+            command = f"head -c {size} /dev/zero | tr '\\0' a; exec sleep 60"
+            started = await start(harness, greedy, command)
             ids.append(started["process_id"])
-            await wait_all(harness, greedy, ids[-1:])
-        done = await wait_all(harness, greedy, ids)
+            await printed(harness, greedy, ids[-1], size)
+        done = await wait_all(harness, greedy, ids, timeout_ms=0)
         assert spool_bytes(harness.state_dir) <= 3 * MIB
         assert any(p["spool_stopped"] == "spool_share" for p in done["processes"])
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -174,3 +197,26 @@ async def test_stale_spools_are_removed_at_start(tmp_path: Path) -> None:
     (stale / "proc_x.out").write_bytes(b"x" * 1000)
     async with serve(tmp_path, sandbox="bwrap"):
         assert not (stale / "proc_x.out").exists()
+
+
+async def test_a_session_at_its_spool_share_starts_again_once_its_processes_ended(
+    tmp_path: Path,
+) -> None:
+    """Finished processes keep their spools until forgotten; a session whose finished
+    processes fill its share once stayed refused until it closed. Now a start forgets the
+    session's oldest finished processes to make room."""
+    config: dict[str, Any] = {
+        "sandbox": "bwrap",
+        "access": {"command": "allow"},
+        "processes": {"spool_bytes": 4 * MIB, "spool_budget_bytes": 6 * MIB},
+    }
+    async with serve(tmp_path, **config) as harness:
+        session = await open_session(harness.stub())
+        ids = []
+        for size in (1900000, 5000000):  # together they fill the session's 3 MiB share
+            started = await start(harness, session, f"head -c {size} /dev/zero | tr '\\0' a")
+            ids.append(started["process_id"])
+            await wait_all(harness, session, ids[-1:])
+        again = await start(harness, session, "echo again")
+        assert again.get("status") in ("running", "exited"), again
+        assert spool_bytes(harness.state_dir) <= 3 * MIB

@@ -211,3 +211,18 @@ async def test_a_long_command_parsed_off_the_loop_still_meets_its_pipelined_invo
         assert invoked.WhichOneof("outcome") == "invoke", invoked
         assert invoked.invoke.call.state == cpb.STATE_SUCCEEDED
         assert invoked.invoke.result.text.startswith("0\n1\n")
+
+
+async def test_arguments_that_break_the_json_parser_are_refused_not_an_internal_error(
+    harness: Harness,
+) -> None:
+    """Deeply nested JSON over 1 KiB went through Bash's early parse (warm) first, whose
+    RecursionError answered INTERNAL; Prepare itself refuses it as ARGUMENTS_INVALID."""
+    session_id = await open_session(harness.stub())
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await harness.stub().Prepare(
+            tpb.PrepareRequest(session_id=session_id, tool_name="Bash", arguments_json=deep)
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert failure(caught.value).reason == "ARGUMENTS_INVALID"

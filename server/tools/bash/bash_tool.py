@@ -117,11 +117,11 @@ def _warm_parse(arguments_json: str) -> None:
     """Parse the command of raw Bash arguments into the parse cache; errors are Prepare's."""
     try:
         arguments = json.loads(arguments_json)
-    except ValueError:
-        return
-    command = arguments.get("command") if isinstance(arguments, dict) else None
-    if isinstance(command, str) and len(command) <= MAX_COMMAND_BYTES and "\x00" not in command:
-        parse_command(normalize_command(command))
+        command = arguments.get("command") if isinstance(arguments, dict) else None
+        if isinstance(command, str) and len(command) <= MAX_COMMAND_BYTES and "\x00" not in command:
+            parse_command(normalize_command(command))
+    except Exception:  # noqa: S110 - warming is an optimization: Prepare judges the arguments
+        pass
 
 
 def _check_command(command: str) -> str:

@@ -120,8 +120,8 @@ def process_limit(exc: ProcessLimitReached) -> ToolResult:
     if exc.scope == "spool_share":
         return error_result(
             "spool_share",
-            f"This session's background processes hold its whole share ({exc.limit >> 20} MiB) "
-            "of the server's spool budget; stop some of them and retry.",
+            f"This session's running background processes hold its whole share "
+            f"({exc.limit >> 20} MiB) of the server's spool budget; stop some of them and retry.",
             limit=exc.limit,
         )
     if exc.scope == "spool":

@@ -230,6 +230,13 @@ class ProcessSupervisor:
             raise ProcessLimitReached("session", self.settings.max_running_per_session)
         budget = self._spool
         if budget is not None and self.settings.spool_bytes > 0:
+            # Finished processes keep their output until forgotten: forget this session's
+            # oldest ones to make room, rather than stay refused until the session closes.
+            while self._finished_order and (
+                budget.share_left() < MIN_SPOOL_START_BYTES
+                or budget.budget.available() < MIN_SPOOL_START_BYTES
+            ):
+                self._forget(self._finished_order.popleft())
             if budget.budget.available() < MIN_SPOOL_START_BYTES:
                 raise ProcessLimitReached("spool", budget.limit)
             if budget.share_left() < MIN_SPOOL_START_BYTES:
@@ -563,8 +570,8 @@ def limit_error(exc: ProcessLimitReached) -> ResourceExhausted:
     if exc.scope == "spool_share":
         return ResourceExhausted(
             "SPOOL_SHARE",
-            "This session's background processes hold its whole share of the server's spool "
-            "budget; stop some of them (their spools go when they are forgotten), then retry.",
+            "This session's running background processes hold its whole share of the server's "
+            "spool budget; stop some of them, then retry.",
             metadata={"limit": str(exc.limit)},
         )
     if exc.scope == "spool":
