@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import anyio
 
@@ -304,12 +305,15 @@ class Lifecycle:
         if len(arguments) > self.settings.max_argument_bytes:
             return  # Prepare refuses it unread
         loop = session.loops.get(loop_id or session.default_loop_id)
-        tool: object = loop.tools.get(tool_name) if loop is not None else None
-        if isinstance(tool, Warmable):
+        tool = loop.tools.get(tool_name) if loop is not None else None
+        # A plain attribute lookup: every Prepare passes here, and isinstance against a
+        # runtime-checkable Protocol costs microseconds.
+        warm = getattr(tool, "warm", None)
+        if warm is not None:
             # Sessions take turns here too: one session's flood of long commands delays
             # another's by at most one parse.
             async with self._warm_gate.turn(session_id):
-                await tool.warm(arguments)
+                await cast("Warmable", tool).warm(arguments)
 
     def prepare(
         self,

@@ -83,8 +83,9 @@ class StreamBudget:
 def stream_backlog(limit: int) -> ResourceExhausted:
     return ResourceExhausted(
         "STREAM_BACKLOG",
-        "The stream's reader fell too far behind the call's output, so the stream was ended; "
-        "the call went on to its end: read its result with GetCall or WatchCall.",
+        "The stream was ended (the server's stream buffers were full, or its reader took "
+        "nothing for too long after the call ended); the call went on to its end: read its "
+        "result with GetCall or WatchCall.",
         metadata={"limit_bytes": str(limit)},
     )
 
