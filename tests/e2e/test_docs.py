@@ -554,6 +554,7 @@ def test_block_runs(block: Block, place: Place) -> None:
                 env = dict(place.env)
                 if command.text == "make run":
                     env["CALLGATE_LISTEN"] = f"unix://{place.state_dir / 'callgate.sock'}"
+                    _install_is_current(place, env)
                 until = _until_stopped(command.text)
                 if until is not None or text.endswith("&"):
                     ready, stop = until if until is not None else ("", signal.SIGINT)
@@ -583,6 +584,23 @@ def test_block_runs(block: Block, place: Place) -> None:
         finally:
             for entry in reversed(running):
                 _stop(entry)
+
+
+def _install_is_current(place: Place, env: dict[str, str]) -> None:
+    """`make run` in the copy installs first; the copy's `.venv` is this checkout's, so an
+    install there would point the shared environment at a temporary copy. Run it only when
+    make has nothing to install."""
+    make = shutil.which("make") or "/usr/bin/make"
+    question = subprocess.run(
+        [make, "-q", "install"],
+        cwd=place.work,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if question.returncode != 0:
+        pytest.fail("make install is not current here (run it first); not installing from a copy")
 
 
 def _run_python(block: Block, place: Place, approver: Approver | None) -> None:
