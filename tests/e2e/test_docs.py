@@ -44,18 +44,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
-import anyio.to_thread
+import grpc
 import pytest
 
-from callgate.client import (
-    CallgateClient,
-    CallgateClientError,
-    DecisionKind,
-    PendingApproval,
-    PendingQuestion,
-)
 from callgate.server.config import ConfigError, load_config
+from callgate.v1 import approval_service_pb2 as apb
+from callgate.v1 import approval_service_pb2_grpc
 from tests.support.sandbox import bwrap_path
 from tests.support.serving import CALLGATE, wait_until_serving
 
@@ -262,44 +256,54 @@ def test_make_test_is_what_ci_runs() -> None:
 @dataclass
 class Approver:
     """A human at the approval console: approves every pending call once, answers every
-    question with its first choice (or "yes"), and remembers what it was asked."""
+    question with its first choice (or "yes"), and remembers what it was asked. It uses
+    gRPC's synchronous API in a thread of its own: no second event loop in the test's
+    process."""
 
     target: str
     token: str
     asked: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _channel: grpc.Channel | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=lambda: anyio.run(self._run), daemon=True)
+        self._channel = grpc.insecure_channel(self.target)
+        self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        if self._channel is not None:
+            self._channel.close()  # ends the watch; the thread then returns
         if self._thread is not None:
             self._thread.join(30)
 
-    async def _run(self) -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._watch)
-            await anyio.to_thread.run_sync(self._stop.wait)
-            group.cancel_scope.cancel()
-
-    async def _watch(self) -> None:
-        with contextlib.suppress(CallgateClientError):  # the server stopped: so does the human
-            await self._approve()
-
-    async def _approve(self) -> None:
-        async with CallgateClient(self.target, token=self.token) as client:
-            async for item in client.approvals.watch():
-                if isinstance(item, PendingApproval):
-                    self.asked.append(item.call.execution_id)
-                    await client.approvals.decide(
-                        item.call.execution_id, item.call.digest, DecisionKind.APPROVE_ONCE
+    def _watch(self) -> None:
+        assert self._channel is not None
+        stub = approval_service_pb2_grpc.ApprovalServiceStub(self._channel)
+        metadata = (("authorization", f"Bearer {self.token}"),)
+        # The server or the channel going away ends the human's watch too.
+        with contextlib.suppress(grpc.RpcError, ValueError):
+            for item in stub.WatchApprovals(apb.WatchApprovalsRequest(), metadata=metadata):
+                if item.WhichOneof("item") == "approval":
+                    call = item.approval.call
+                    self.asked.append(call.execution_id)
+                    stub.Decide(
+                        apb.DecideRequest(
+                            execution_id=call.execution_id,
+                            digest=call.digest,
+                            kind=apb.DECISION_KIND_APPROVE_ONCE,
+                        ),
+                        metadata=metadata,
+                        timeout=30,
                     )
-                elif isinstance(item, PendingQuestion):
-                    answer = item.choices[0] if item.choices else "yes"
-                    await client.approvals.answer(item.execution_id, answer)
+                elif item.WhichOneof("item") == "question":
+                    question = item.question
+                    answer = question.choices[0] if question.choices else "yes"
+                    stub.Answer(
+                        apb.AnswerRequest(execution_id=question.execution_id, answer=answer),
+                        metadata=metadata,
+                        timeout=30,
+                    )
 
 
 def _free_port() -> int:
