@@ -6,9 +6,10 @@ a function, flows down the layers below, and no module imports itself back throu
     callgate.server     the server library: nothing of the client or the applications
       app, config, ... the composition root and its settings (may use everything below)
       rpc              the gRPC services: the core
-      tools            the tool families: the core, the sandbox, command analysis
+      tools            the tool families: the core, the sandbox, the network, command analysis
       storage          SQLite behind the core's interfaces: the core
-      sandbox          how a command or helper is confined: the core
+      sandbox          how a command or helper is confined: the core, the network
+      net              addresses the server may reach, the sandboxes' egress proxy: nothing
       core             lifecycle, gate, approvals, models: command analysis
       commands         shell parse, rule matching, program tables: nothing else of the server
 """
@@ -35,9 +36,10 @@ LAYERS: Mapping[str, tuple[str, ...]] = {
     "callgate.client": (),
     S: ("callgate.server",),
     f"{S}.rpc": (f"{S}.core",),
-    f"{S}.tools": (f"{S}.core", f"{S}.sandbox", f"{S}.commands"),
+    f"{S}.tools": (f"{S}.core", f"{S}.sandbox", f"{S}.net", f"{S}.commands"),
     f"{S}.storage": (f"{S}.core",),
-    f"{S}.sandbox": (f"{S}.core",),
+    f"{S}.sandbox": (f"{S}.core", f"{S}.net"),
+    f"{S}.net": (),
     f"{S}.core": (f"{S}.commands",),
     f"{S}.commands": (),
     # The settings and what only reads them sit below the composition root (`app`).

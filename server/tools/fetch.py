@@ -28,7 +28,8 @@ from callgate.server.core.models import Requirement, RequirementKind, RuleCandid
 from callgate.server.core.preview import bounded
 from callgate.server.core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
 
-from .network import HttpAccess, IPAddress, NetworkRefused, Target, bare_host
+from ..net.addresses import IPAddress, Target, bare_host
+from .network import HttpAccess, NetworkRefused
 
 URL_MAX_BYTES = 8 << 10
 BODY_MAX_BYTES = 1 << 20

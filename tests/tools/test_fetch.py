@@ -12,8 +12,9 @@ import httpcore
 import pytest
 
 from callgate.server.core.tool import ToolContext
+from callgate.server.net.addresses import IPAddress, address_refused
 from callgate.server.tools.fetch import Fetch
-from callgate.server.tools.network import HttpAccess, IPAddress, address_refused
+from callgate.server.tools.network import HttpAccess
 from tests.support.http_server import BIG_BODY_BYTES, WebServer, self_signed, web_server
 from tests.tools.drive import execute, invalid_field, make_context
 
