@@ -60,6 +60,7 @@ from callgate.server.tools.registry import ToolRegistry
 from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
 
 from .core.definitions import Service
+from .net.egress import ConnectionRecord, EgressProxy, EgressSettings
 from .plugins import load_plugins
 from .sandbox import proctree
 from .tools.bash.background import SupervisedBash
@@ -157,11 +158,36 @@ def build_limiter(config: ServerConfig, state_dir: Path | None = None) -> Comman
         raise ConfigError(f"command_limits.mechanism: {exc}") from None
 
 
-def build_runner(sandbox: SandboxStatus, limiter: CommandLimiter | None = None) -> CommandRunner:
+def egress_settings(config: ServerConfig) -> EgressSettings:
+    """The `[network]` table as what the egress proxy enforces beyond a call's approvals."""
+    network = config.network
+    return EgressSettings.build(
+        config.allow_networks(),
+        network.methods.items(),
+        max_connections=network.max_connections_per_call,
+        max_bytes=network.max_bytes_per_call,
+        connect_seconds=network.connect_timeout_seconds,
+    )
+
+
+def build_runner(
+    sandbox: SandboxStatus,
+    limiter: CommandLimiter | None = None,
+    egress: EgressProxy | None = None,
+    record: Callable[[ConnectionRecord], None] | None = None,
+) -> CommandRunner:
     """bubblewrap when the startup self-test passed, else unconfined (already warned about).
-    The mode is in the startup log, in every Session and in health-check trailers."""
+    The mode is in the startup log, in every Session and in health-check trailers. `egress`
+    is the proxy commands approved for network reach out through, `record` where each of
+    their connections is reported."""
     if sandbox.mode is SandboxMode.BWRAP and sandbox.bwrap_path:
-        runner = BwrapRunner(sandbox.bwrap_path, seccomp=sandbox.seccomp, limiter=limiter)
+        runner = BwrapRunner(
+            sandbox.bwrap_path,
+            seccomp=sandbox.seccomp,
+            limiter=limiter,
+            egress=egress,
+            record=record,
+        )
         # With cgroups the watchdog guards (started here); without, the per-command lifeline,
         # which must be seen to work first.
         if runner.guard() == "lifeline" and not lifeline_works(sandbox.bwrap_path, sandbox.seccomp):
@@ -425,7 +451,9 @@ class App:
             )
         rg = shutil.which("rg") if config.tools.ripgrep else None
         self.limiter = build_limiter(config, self.state_dir)
-        self.runner = build_runner(self.sandbox, self.limiter)
+        # The sandboxes' only way out (net/egress.py): its own thread, started at first use.
+        self.egress = EgressProxy(egress_settings(config))
+        self.runner = build_runner(self.sandbox, self.limiter, self.egress, self._connection)
         self.command_settings = command_settings(config, os.environ)
         # The audit journal; opened (and the previous run's open calls abandoned) at start.
         self.journal = SqliteJournal(self.state_dir / JOURNAL_DB, config.journal.synchronous)
@@ -440,7 +468,7 @@ class App:
             Service.COMMANDS: CommandServices(self.runner, self.command_settings, background),
             Service.PROCESSES: self.processes,
             Service.APPROVAL_BOARD: self.board,
-            Service.NETWORK: HttpAccess(config.fetch.allow_networks),
+            Service.NETWORK: HttpAccess(config.allow_networks()),
             Service.HELPERS: HelperSandbox(
                 rg,
                 self.sandbox.bwrap_path if self.runner.mode is SandboxMode.BWRAP else None,
@@ -720,8 +748,19 @@ class App:
                 await self.lifecycle.wait_idle()
             self.lifecycle.cancel_all()
             await self.lifecycle.close_all()
+        # Every command is gone, and its proxy listener with it; end the proxy's thread.
+        await anyio.to_thread.run_sync(self.egress.stop)
         await self.journal.aclose()
         log.info("stopped")
+
+    def _connection(self, record: ConnectionRecord) -> None:
+        """Journal one connection a sandboxed command asked its proxy for."""
+        self.journal.record(
+            "network.connection",
+            session_id=record.session_id,
+            execution_id=record.execution_id,
+            data=record.journal_data(),
+        )
 
     def release(self) -> None:
         """Give up the state directory (idempotent; also when the server never ran)."""
@@ -732,6 +771,9 @@ class App:
         limiter = getattr(self, "limiter", None)
         if limiter is not None:
             limiter.close()
+        egress = getattr(self, "egress", None)
+        if egress is not None:
+            egress.stop()
 
     def __del__(self) -> None:
         self.release()

@@ -18,6 +18,7 @@ from callgate.server.core.gate import AccessDefaults
 from callgate.server.core.principals import Role
 from callgate.server.core.rules import Effect, RulePatternError, normalize_pattern
 
+from .net.addresses import Endpoint
 from .sandbox.runner import FIXED_ENV_NAMES
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -228,16 +229,57 @@ class BashConfig(BaseModel):
         return value
 
 
+def _cidrs(value: list[str]) -> list[str]:
+    for item in value:
+        ipaddress.ip_network(item, strict=False)
+    return value
+
+
 class FetchConfig(BaseModel):
+    """`[fetch]`: `allow_networks` is the older name of `network.allow_networks`."""
+
     model_config = _STRICT
 
     allow_networks: list[str] = Field(default_factory=list)
 
     @field_validator("allow_networks")
     @classmethod
-    def _cidrs(cls, value: list[str]) -> list[str]:
-        for item in value:
-            ipaddress.ip_network(item, strict=False)
+    def _networks(cls, value: list[str]) -> list[str]:
+        return _cidrs(value)
+
+
+_METHOD = re.compile(r"\A[A-Z][A-Z-]{0,31}\Z")
+
+
+class NetworkConfig(BaseModel):
+    """The `[network]` table: what Fetch and the sandboxes' egress proxy may reach beyond what
+    an approval names (`allow_networks`: internal networks, as CIDRs, that may be reached at
+    all), per-endpoint method limits for plain-HTTP requests through the proxy (`methods`:
+    `"host:port"` or `"*.domain:port"` to method names), and what one call's commands may do
+    through the proxy."""
+
+    model_config = _STRICT
+
+    allow_networks: list[str] = Field(default_factory=list)
+    methods: dict[str, list[str]] = Field(default_factory=dict, max_length=1024)
+    max_connections_per_call: Annotated[int, Field(ge=1, le=1_000_000)] = 256
+    # Each way.
+    max_bytes_per_call: Annotated[int, Field(ge=1 << 20, le=1 << 50)] = 4 << 30
+    connect_timeout_seconds: Annotated[float, Field(ge=1, le=300)] = 10.0
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        return _cidrs(value)
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for endpoint, methods in value.items():
+            Endpoint.parse(endpoint, wildcard=True, any_port=True)
+            for method in methods:
+                if not _METHOD.match(method):
+                    raise ValueError(f"{method[:32]!r} is not an HTTP method such as GET")
         return value
 
 
@@ -316,10 +358,24 @@ class ServerConfig(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
     bash: BashConfig = Field(default_factory=BashConfig)
     tls: TlsConfig = Field(default_factory=TlsConfig)
     journal: JournalConfig = Field(default_factory=JournalConfig)
     command_limits: CommandLimitsConfig = Field(default_factory=CommandLimitsConfig)
+
+    @model_validator(mode="after")
+    def _one_allow_networks(self) -> ServerConfig:
+        if self.fetch.allow_networks and self.network.allow_networks:
+            raise ValueError(
+                "fetch.allow_networks is the older name of network.allow_networks; set only "
+                "network.allow_networks"
+            )
+        return self
+
+    def allow_networks(self) -> list[str]:
+        """The internal networks Fetch and the egress proxy may reach (either name)."""
+        return self.network.allow_networks or self.fetch.allow_networks
 
     def state_path(self) -> Path:
         """The canonical state directory (symlinks resolved, also when it does not exist yet)."""

@@ -10,7 +10,7 @@ a function, flows down the layers below, and no module imports itself back throu
       storage          SQLite behind the core's interfaces: the core
       sandbox          how a command or helper is confined: the core, the network
       net              addresses the server may reach, the sandboxes' egress proxy: nothing
-      core             lifecycle, gate, approvals, models: command analysis
+      core             lifecycle, gate, approvals, models: command analysis, the network
       commands         shell parse, rule matching, program tables: nothing else of the server
 """
 
@@ -40,10 +40,10 @@ LAYERS: Mapping[str, tuple[str, ...]] = {
     f"{S}.storage": (f"{S}.core",),
     f"{S}.sandbox": (f"{S}.core", f"{S}.net"),
     f"{S}.net": (),
-    f"{S}.core": (f"{S}.commands",),
+    f"{S}.core": (f"{S}.commands", f"{S}.net"),
     f"{S}.commands": (),
     # The settings and what only reads them sit below the composition root (`app`).
-    f"{S}.config": (f"{S}.core", f"{S}.sandbox"),
+    f"{S}.config": (f"{S}.core", f"{S}.sandbox", f"{S}.net"),
     f"{S}.credentials": (f"{S}.config", f"{S}.core"),
     f"{S}.state_directory": (f"{S}.config",),
     f"{S}.metrics": (f"{S}.config", f"{S}.core"),

@@ -564,6 +564,7 @@ class Lifecycle:
             )
             if any(r.kind == RequirementKind.COMMAND_EXECUTE for r in record.requirements)
             else frozenset(),
+            network_origins=self._network_origins(session, record),
         )
         result: ToolResult | None = None
         with anyio.CancelScope() as scope:
@@ -814,6 +815,25 @@ class Lifecycle:
                 self.retention.forget(record)
         return_memory_to_os()
 
+    def _network_origins(self, session: Session, record: CallRecord) -> dict[str, str]:
+        """What approved each network requirement of a decided call: a human (`approved by
+        <approver>`), the first allow rule of the decision that covers it (`rule <id>`), or
+        the access default (`access default`)."""
+        decision = record.decision
+        wanted = [r for r in record.requirements if r.kind == RequirementKind.NETWORK]
+        if decision is None or not wanted:
+            return {}
+        if decision.decided_by != "policy":
+            return {r.match: f"approved by {decision.decided_by}" for r in wanted}
+        rules = [rule for i in decision.rule_ids if (rule := self.gate.rules.get(i)) is not None]
+        origins: dict[str, str] = {}
+        for requirement in wanted:
+            rule = next((r for r in rules if r.covers(requirement)), None)
+            origins[requirement.match] = (
+                f"rule {rule.rule_id}" if rule is not None else "access default"
+            )
+        return origins
+
     def _context(
         self,
         session: Session,
@@ -823,6 +843,7 @@ class Lifecycle:
         *,
         read_only: bool = False,
         denied_programs: frozenset[str] = frozenset(),
+        network_origins: Mapping[str, str] | None = None,
     ) -> ToolContext:
         return ToolContext(
             session_id=session.session_id,
@@ -835,6 +856,7 @@ class Lifecycle:
             output=output,
             read_only=read_only,
             denied_programs=denied_programs,
+            network_origins=network_origins or {},
         )
 
     def _session(self, principal: Principal, session_id: str) -> Session:

@@ -1,7 +1,8 @@
 """Allow and deny rules, and how a rule pattern covers a requirement's `match` value.
 
 Pattern forms (design section 4.2): an exact canonical path or `tree:<root>` for filesystem
-kinds, `tcp://host:port` (port may be `*`) for network, an exact normalized command or a
+kinds, `Network(host:port)` for network (`*.domain` for every host below a domain, port `*`
+for any; the older `tcp://host:port` is read as the same rule), an exact normalized command or a
 `Bash(<tokens>:*)` family for command.execute, `skill:<name>` for context.load, and an exact value
 for process.input. Command rules are matched by `commands`: allow rules under-match (every shell
 segment covered, collectively by all applicable allow rules: `RuleBook.allowing`), deny rules
@@ -26,6 +27,7 @@ from ..commands import (
     normalize_command,
 )
 from ..commands import parse_family as parse_command_family
+from ..net.addresses import Endpoint
 from .models import TREE_PREFIX, Requirement, RequirementKind, RuleCandidate
 from .paths import is_within
 
@@ -37,7 +39,8 @@ class Effect(enum.StrEnum):
 
 CONFIG_ORIGIN = "config"
 
-_TCP = re.compile(r"\Atcp://(?P<host>[a-z0-9._\-]+|\[[0-9a-f:.]+\]):(?P<port>\*|[0-9]{1,5})\Z")
+TCP_PREFIX = "tcp://"
+NETWORK_RULE = re.compile(r"\ANetwork\((?P<endpoint>[^()]*)\)\Z")
 _SKILL = re.compile(r"\Askill:[a-z0-9][a-z0-9_-]{0,63}\Z")
 _FILESYSTEM_KINDS = frozenset({RequirementKind.FILESYSTEM_READ, RequirementKind.FILESYSTEM_WRITE})
 
@@ -63,10 +66,7 @@ def normalize_pattern(kind: str, match: str) -> str:
         canonical = os.path.realpath(path)
         return TREE_PREFIX + canonical if tree else canonical
     if requirement_kind is RequirementKind.NETWORK:
-        lowered = match.lower()
-        if not _TCP.match(lowered):
-            raise RulePatternError("a network pattern must be tcp://host:port (port may be *)")
-        return lowered
+        return f"Network({network_pattern(match)})"
     if requirement_kind is RequirementKind.CONTEXT_LOAD:
         if not _SKILL.match(match):
             raise RulePatternError("a context.load pattern must be skill:<name>")
@@ -79,11 +79,53 @@ def normalize_pattern(kind: str, match: str) -> str:
     return match
 
 
+def network_pattern(match: str) -> Endpoint:
+    """The endpoint a network rule pattern names: `Network(host:port)` or the older
+    `tcp://host:port` (host may be `*.domain`, port `*`). Raises RulePatternError."""
+    found = NETWORK_RULE.match(match)
+    if found is not None:
+        inner = found["endpoint"]
+    elif match.lower().startswith(TCP_PREFIX):
+        inner = match[len(TCP_PREFIX) :]
+    else:
+        raise RulePatternError(
+            "a network pattern is Network(host:port), e.g. Network(pypi.org:443), "
+            "Network(*.example.org:443) or Network(example.org:*)"
+        )
+    try:
+        return Endpoint.parse(inner, wildcard=True, any_port=True)
+    except ValueError as exc:
+        raise RulePatternError(f"a network pattern's endpoint is not valid: {exc}") from None
+
+
+def network_requirement(match: str) -> Endpoint | None:
+    """The endpoint of a network requirement's match, which must be canonical
+    `tcp://host:port` (host may be `*.domain` for a declared wildcard; the port is concrete);
+    None otherwise."""
+    if not match.startswith(TCP_PREFIX):
+        return None
+    try:
+        endpoint = Endpoint.parse(match[len(TCP_PREFIX) :], wildcard=True)
+    except ValueError:
+        return None
+    return endpoint if f"{TCP_PREFIX}{endpoint}" == match else None
+
+
 def is_network_target(match: str) -> bool:
-    """True when `match` is a normalized, concrete network target (`tcp://host:port`, lower
-    case, ASCII port digits): the only form a requirement may carry, so rules compare exactly."""
-    found = _TCP.match(match)
-    return found is not None and found["port"] != "*"
+    """True when `match` is a canonical network requirement (`network_requirement`): the only
+    form a requirement may carry, so rules compare exactly."""
+    return network_requirement(match) is not None
+
+
+def shown_pattern(kind: str, match: str) -> str:
+    """A stored rule's pattern in its current form (a network rule saved as `tcp://host:port`
+    reads as `Network(host:port)`); unchanged when it does not parse."""
+    if kind != RequirementKind.NETWORK:
+        return match
+    try:
+        return normalize_pattern(kind, match)
+    except RulePatternError:
+        return match
 
 
 def pattern_covers(kind: str, pattern: str, match: str) -> bool:
@@ -96,11 +138,18 @@ def pattern_covers(kind: str, pattern: str, match: str) -> bool:
             return is_within(target, root)
         return pattern == match
     if kind == RequirementKind.NETWORK:
-        if pattern.endswith(":*"):
-            host_part = pattern[: -len("*")]
-            rest = match.removeprefix(host_part)
-            return match.startswith(host_part) and rest.isdigit()
-        return pattern == match
+        try:
+            endpoint = network_pattern(pattern)
+        except RulePatternError:
+            return False
+        wanted = network_requirement(match)
+        if wanted is None:
+            # A candidate compared with another pattern (offered_candidates) is a pattern too.
+            try:
+                wanted = network_pattern(match)
+            except RulePatternError:
+                return False
+        return endpoint.covers(wanted)
     if kind == RequirementKind.COMMAND_EXECUTE:
         return _command_matcher([pattern]).allows(match)
     return pattern == match
@@ -111,7 +160,26 @@ def pattern_denies(kind: str, pattern: str, match: str) -> bool:
     commands differ from `pattern_covers`: a deny family matches any segment anywhere."""
     if kind == RequirementKind.COMMAND_EXECUTE:
         return _command_matcher([pattern]).denies(match)
+    if kind == RequirementKind.NETWORK:
+        return _network_overlaps(pattern, match)
     return pattern_covers(kind, pattern, match)
+
+
+def _network_overlaps(pattern: str, match: str) -> bool:
+    """Whether a network deny pattern refuses a requirement: it covers it, or the requirement
+    is a declared wildcard (`*.example.org:443`) under which a denied host lies."""
+    if pattern_covers(RequirementKind.NETWORK, pattern, match):
+        return True
+    try:
+        denied = network_pattern(pattern)
+    except RulePatternError:
+        return False
+    wanted = network_requirement(match)
+    if wanted is None or not wanted.is_wildcard:
+        return False
+    if denied.port is not None and denied.port != wanted.port:
+        return False
+    return Endpoint(wanted.host, None).covers(Endpoint(denied.host, wanted.port))
 
 
 def _canonical_command_pattern(pattern: str) -> str:

@@ -105,6 +105,10 @@ class ToolContext:
     # Set at Invoke: the programs deny families name (`Bash(rm:*)`: rm), masked in every
     # sandboxed command of the session.
     denied_programs: frozenset[str] = frozenset()
+    # Set at Invoke: what approved each of the call's network requirements (by match):
+    # `rule <id>`, `approved by <approver>` or `access default`, for the journal's records of
+    # the connections it allows.
+    network_origins: Mapping[str, str] = field(default_factory=dict)
 
 
 ArgsT = TypeVar("ArgsT", bound=Arguments)

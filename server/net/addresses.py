@@ -204,3 +204,86 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     """Every address the system resolver gives for `host` (TCP)."""
     infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+# Endpoints: what a network requirement, a rule and the proxy name ------------------------------
+
+WILDCARD = "*."
+
+
+class Endpoint:
+    """A canonical `host:port`: `host` is a canonical host (IPv6 in brackets) or, where a
+    wildcard is allowed, `*.<domain>` (every host below that domain, not the domain itself);
+    `port` is None for any port, where that is allowed (rules only)."""
+
+    __slots__ = ("host", "port")
+
+    def __init__(self, host: str, port: int | None) -> None:
+        self.host, self.port = host, port
+
+    @classmethod
+    def parse(cls, text: str, *, wildcard: bool = False, any_port: bool = False) -> Endpoint:
+        """Canonicalize `host:port`. Raises ValueError saying what is wrong (never echoing it)."""
+        if not text.isascii() or any(c.isspace() or ord(c) < 0x20 for c in text):
+            raise ValueError("a network target is host:port in ASCII, e.g. pypi.org:443")
+        host, separator, port_text = text.rpartition(":")
+        if not separator or not host or (host.endswith(":") and not host.startswith("[")):
+            raise ValueError("a network target is host:port, e.g. pypi.org:443")
+        port: int | None
+        if port_text == "*" and any_port:
+            port = None
+        elif port_text.isdigit() and len(port_text) <= 5 and 1 <= int(port_text) <= 65535:
+            port = int(port_text)
+        else:
+            raise ValueError("the port must be a number from 1 to 65535")
+        if host.startswith(WILDCARD):
+            if not wildcard:
+                raise ValueError("a wildcard host (*.domain) is not allowed here")
+            domain = canonical_host(host.removeprefix(WILDCARD))
+            if domain.startswith("[") or _is_ip(domain) or domain.count(".") < 1:
+                raise ValueError(
+                    "a wildcard host must name a domain of two labels or more, e.g. *.example.org"
+                )
+            return cls(WILDCARD + domain, port)
+        if ":" in host and not host.startswith("["):
+            raise ValueError("an IPv6 address is written in brackets, e.g. [::1]:8080")
+        return cls(canonical_host(host), port)
+
+    @property
+    def is_wildcard(self) -> bool:
+        return self.host.startswith(WILDCARD)
+
+    def covers(self, other: Endpoint) -> bool:
+        """Whether this endpoint, read as a pattern, covers `other`: the same host, or a host
+        (or narrower wildcard) below its wildcard's domain; any port when its port is None."""
+        if self.port is not None and self.port != other.port:
+            return False
+        if self.host == other.host:
+            return True
+        if not self.is_wildcard:
+            return False
+        domain = self.host.removeprefix(WILDCARD)
+        below = other.host.removeprefix(WILDCARD)
+        if other.is_wildcard:
+            return below.endswith("." + domain)
+        return not _is_ip(other.host) and below.endswith("." + domain)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{'*' if self.port is None else self.port}"
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Endpoint) and (self.host, self.port) == (other.host, other.port)
+
+    def __hash__(self) -> int:
+        return hash((self.host, self.port))
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(bare_host(host))
+    except ValueError:
+        return False
+    return True

@@ -1,5 +1,5 @@
-"""The bubblewrap runner: every command in a fresh mount, PID, IPC, UTS (and, unless a network
-requirement was approved, network) namespace, with the host read-only (design section 6).
+"""The bubblewrap runner: every command in a fresh mount, PID, IPC, UTS and network namespace,
+with the host read-only (design section 6).
 
 What the command sees:
 - `/` read-only; a fresh `/dev` (its own empty `/dev/shm`) and a fresh `/proc` of its own PID
@@ -13,7 +13,7 @@ What the command sees:
 - the workspace, the approved write declarations and the session's private HOME and TMPDIR
   writable; the approved read declarations read-only (they may lie in a hidden directory).
   In the read-only sandbox (`spec.read_only`: a command allowed by read-only families only)
-  every one of those binds is read-only, TMPDIR is a throwaway tmpfs and there is no network;
+  every one of those binds is read-only, TMPDIR is a throwaway tmpfs and there is no proxy;
 - `spec.masked_paths` (secrets inside the workspace, the server's sockets, the files of
   programs deny families name: `program_masks.py`) covered: a
   directory by an empty tmpfs, anything else by `/dev/null` (bound `nodev`, so opening it
@@ -33,6 +33,11 @@ bubblewrap loads it (`--seccomp FD`, a fresh pipe per spawn) just before it exec
 command. The environment is exactly `spec.env`, handed to bubblewrap through
 execve rather than `--setenv` arguments: a command line is readable by every user of the host
 (`/proc/<pid>/cmdline`), an environment only by the same user.
+
+Network: none but loopback, ever. A command whose network requirements were approved
+(`spec.egress`) finds the egress proxy on its loopback (netns.py: the listener is made in its
+namespace while its init waits at the start gate) through HTTP_PROXY and friends; the proxy
+(`net/egress.py`) reaches exactly the approved endpoints, and journals every connection.
 
 Start and death of the server: with a limiter, bubblewrap holds its init (`--block-fd`) until
 the server has put it in the command's cgroups and set its rlimits (START_GATE_SCRIPT); with
@@ -64,7 +69,8 @@ import anyio.to_thread
 from callgate.server.core.models import SandboxMode
 from callgate.server.core.paths import is_within
 
-from . import fsaccess, proctree
+from ..net.egress import ConnectionRecord, EgressCall, EgressHandle, EgressProxy, EgressReport
+from . import fsaccess, netns, proctree
 from .launch import KILL_CONFIRM_SECONDS, Child, LaunchedCommand, spawn
 from .limits import CommandLimiter, Placement, placed
 from .pipes import PipeReceiveStream, PipeSendStream
@@ -401,9 +407,15 @@ def bwrap_argv(
     sandbox's init waits for a byte there before it starts the command."""
     argv = [bwrap, *_host_view(), *mount_plan(spec, anchors)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    if not spec.network or spec.read_only:
-        argv.append("--unshare-net")
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--chdir", spec.workdir]
+    argv += [
+        "--unshare-net",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--chdir",
+        spec.workdir,
+    ]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
@@ -456,6 +468,40 @@ class BwrapCommand(LaunchedCommand):
         self._init_fd: int | None = None
         # The write end of the sandbox's lifeline pipe, held until the command is over.
         self._lifeline = lifeline
+        # The proxy serving the command's listener, until the command is over; then its report.
+        self._egress: tuple[EgressProxy, EgressHandle] | None = None
+        self._egress_report: EgressReport | None = None
+
+    @property
+    def network_refused(self) -> tuple[tuple[str, str], ...]:
+        if self._egress_report is not None:
+            return self._egress_report.refused
+        if self._egress is not None:
+            return self._egress[1].refused_so_far()
+        return ()
+
+    @property
+    def egress_report(self) -> EgressReport | None:
+        """What the command did on the network, once it is over (None without a proxy)."""
+        return self._egress_report
+
+    async def terminate_tree(self, grace: float) -> None:
+        try:
+            await super().terminate_tree(grace)
+        finally:
+            await self._close_egress()
+
+    async def _close_egress(self) -> None:
+        """Stop serving the command's listener and end its connections: the tree is gone."""
+        if self._egress is None:
+            return
+        proxy, handle = self._egress
+        self._egress = None
+        with anyio.CancelScope(shield=True):
+            try:
+                self._egress_report = await proxy.close(handle)
+            except Exception:
+                log.exception("the egress proxy could not close a command's listener")
 
     def _attach(self, info: bytes) -> None:
         """Remember the sandbox's init from bubblewrap's `--info-fd` report."""
@@ -511,6 +557,7 @@ class BwrapCommand(LaunchedCommand):
     async def aclose(self) -> None:
         if self._child.returncode is not None:
             self._exited()
+        await self._close_egress()
         await super().aclose()
 
     def _exited(self) -> None:
@@ -533,9 +580,9 @@ async def _until_exited(pidfds: list[int], limit: float) -> None:
 def _guards(
     guard: str, limited: bool, passed: list[int], env: dict[str, str]
 ) -> tuple[Lifeline | None, StartGate | None]:
-    """The command's lifeline (guard "lifeline": see LIFELINE_SCRIPT) and, with limits, its
-    start gate (the init waits until its limits are in place: see START_GATE_SCRIPT); their
-    fds are added to `passed`, their variables to `env`."""
+    """The command's lifeline (guard "lifeline": see LIFELINE_SCRIPT) and, when `limited`, its
+    start gate (the init waits until its limits and its proxy are in place: see
+    START_GATE_SCRIPT); their fds are added to `passed`, their variables to `env`."""
     lifeline = Lifeline.open() if guard == "lifeline" else None
     if lifeline is not None:
         passed += lifeline.passed
@@ -549,6 +596,13 @@ def _guards(
         passed += gate.passed
         env.update(gate.env)
     return lifeline, gate
+
+
+def _log_connection(record: ConnectionRecord) -> None:
+    log.info(
+        "network connection",
+        extra={"detail": f"{record.host}:{record.port} {record.refusal or 'allowed'}"},
+    )
 
 
 def _bound(limiter: CommandLimiter, init: int, placement: Placement, gate: StartGate) -> None:
@@ -568,8 +622,15 @@ class BwrapRunner:
         lifeline: bool | None = None,
         seccomp: SeccompProgram | None = None,
         limiter: CommandLimiter | None = None,
+        egress: EgressProxy | None = None,
+        record: Callable[[ConnectionRecord], None] | None = None,
     ) -> None:
         self.bwrap = bwrap
+        # The server's egress proxy (net/egress.py), the only way out for a command approved
+        # for network, and where its connection records go (the journal).
+        self.egress = egress
+        self.record: Callable[[ConnectionRecord], None] = record or _log_connection
+        self.listeners = netns.Listeners()
         # Per-command pids, memory, CPU time and file size limits (limits.py); None: none.
         self.limiter = limiter
         # The commands' seccomp filter (seccomp.py), built once per server; None: no filter
@@ -618,15 +679,21 @@ class BwrapRunner:
         info_read: int,
         gate: StartGate | None,
         placement: Placement | None,
+        egress: EgressCall | None,
     ) -> None:
-        """Take bubblewrap's report of its init; with a gate, bound the init (held before the
-        command) and let it start the command."""
+        """Take bubblewrap's report of its init; with a gate, give the held init its proxy
+        listener and its limits, then let it start the command."""
         with anyio.fail_after(INFO_TIMEOUT_SECONDS):
             info = await _read_to_end(info_read)
         command._attach(info)
         init = command._init_pid
-        if gate is None or placement is None or self.limiter is None or init is None:
+        if gate is None or init is None:
             return  # no init: bubblewrap failed before it, and reports why
+        if egress is not None:
+            await self._open_egress(command, egress)
+        if placement is None or self.limiter is None:
+            gate.open_gate()
+            return
         try:
             # In a worker thread: joining cgroups may wait for the kernel (limits.py).
             await anyio.to_thread.run_sync(_bound, self.limiter, init, placement, gate)
@@ -634,9 +701,40 @@ class BwrapRunner:
             log.error("could not bound a command", extra={"detail": str(exc)})
             raise CommandStartError("The command's resource limits could not be set.") from None
 
+    async def _open_egress(self, command: BwrapCommand, egress: EgressCall) -> None:
+        """Make the proxy's listener in the held sandbox's namespace and have the proxy serve
+        it for this call."""
+        assert self.egress is not None
+        assert command._init_pid is not None
+        assert command._init_fd is not None
+        try:
+            listener = await anyio.to_thread.run_sync(
+                self.listeners.listen_in, command._init_pid, command._init_fd
+            )
+        except netns.ListenerError as exc:
+            log.error("could not give a command its proxy", extra={"detail": str(exc)})
+            raise CommandStartError("The command's network could not be set up.") from None
+        with anyio.CancelScope(shield=True):
+            handle = await self.egress.open(listener, egress, self.record)
+            command._egress = (self.egress, handle)
+
+    def _egress_of(self, spec: CommandSpec, env: dict[str, str]) -> EgressCall | None:
+        """The call a command's proxy serves (None: no network at all), its variables added to
+        `env`."""
+        egress = spec.egress if not spec.read_only else None
+        if egress is None:
+            return None
+        if self.egress is None:
+            raise CommandStartError(
+                "This server has no egress proxy, so no command can be given network."
+            )
+        env.update(netns.proxy_env())
+        return egress
+
     async def start(self, spec: CommandSpec) -> BwrapCommand:
         _check_sources(spec)
         env = dict(spec.env)
+        egress = self._egress_of(spec, env)
         passed: list[int] = []  # ours to close once the child has them (or on failure)
         info_read: int | None = None
         lifeline: Lifeline | None = None
@@ -653,7 +751,9 @@ class BwrapRunner:
                 # bubblewrap reads the program to its end: a fresh fd per spawn.
                 seccomp_fd = self.seccomp.open_fd()
                 passed.append(seccomp_fd)
-            lifeline, gate = _guards(guard, placement is not None, passed, env)
+            # The init waits at a start gate for its limits, and for its proxy's listener.
+            gated = placement is not None or egress is not None
+            lifeline, gate = _guards(guard, gated, passed, env)
             argv = self.argv(
                 spec,
                 info_fd=info_write,
@@ -690,7 +790,7 @@ class BwrapRunner:
                 else None,
             )
             try:
-                await self._bring_up(command, info_read, gate, placement)
+                await self._bring_up(command, info_read, gate, placement, egress)
             except BaseException as exc:
                 # Cancelled, stuck or unbounded while bubblewrap was starting: leave nothing.
                 with anyio.CancelScope(shield=True):

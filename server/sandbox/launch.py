@@ -149,6 +149,11 @@ class LaunchedCommand:
             return placement.hit
         return exit_limit(self._child.returncode)
 
+    @property
+    def network_refused(self) -> tuple[tuple[str, str], ...]:
+        """What the command's proxy refused (none here: see BwrapCommand)."""
+        return ()
+
     async def terminate_tree(self, grace: float) -> None:
         """SIGTERM the tree, wait up to `grace` seconds, then SIGKILL; returns once every
         process of the tree is confirmed gone, and its cgroups with it."""

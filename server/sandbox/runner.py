@@ -9,7 +9,8 @@ from typing import Protocol
 
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from callgate.server.core.models import SandboxMode
+from ..core.models import SandboxMode
+from ..net.egress import EgressCall
 
 # Set for every command; config passthrough cannot replace them.
 FIXED_ENV_NAMES = frozenset(
@@ -26,6 +27,16 @@ FIXED_ENV_NAMES = frozenset(
         "GIT_CONFIG_COUNT",
         "GIT_CONFIG_KEY_0",
         "GIT_CONFIG_VALUE_0",
+        # The egress proxy's variables (netns.py): set only where the call was approved for
+        # network, and NO_PROXY never.
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
     }
 )
 
@@ -37,8 +48,8 @@ class CommandSpec:
     Paths are canonical absolute host paths. `write_paths` are the approved write
     declarations (files or directory trees) beyond the workspace; `read_paths` the approved
     read declarations (made visible read-only even where the sandbox hides the host, such as
-    the server user's home); `network` is True only when a network requirement of the call
-    was approved.
+    the server user's home); `egress` is set only when network requirements of the call were
+    approved: the endpoints its proxy lets the command reach (there is no other way out).
     """
 
     command: str
@@ -48,7 +59,7 @@ class CommandSpec:
     tmp: str
     env: Mapping[str, str]
     write_paths: tuple[str, ...] = ()
-    network: bool = False
+    egress: EgressCall | None = None
     # Protected paths inside the workspace to hide in the sandbox (secrets, server state).
     masked_paths: tuple[str, ...] = ()
     # Directories that must never be visible inside the sandbox (the server's state dir).
@@ -111,6 +122,12 @@ class RunningCommand(Protocol):
     def limit_hit(self) -> str | None:
         """The per-command limit the command ran into (`pids_limit`, `memory_limit`,
         `cpu_limit`, `file_size_limit`), known once its tree is gone; None otherwise."""
+        ...
+
+    @property
+    def network_refused(self) -> tuple[tuple[str, str], ...]:
+        """The endpoints (`host:port`) the command asked its proxy for and was refused, with
+        why: so far while it runs, all of them once it has ended."""
         ...
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 
-from callgate.server.core.rules import Effect, Rule
+from callgate.server.core.rules import Effect, Rule, shown_pattern
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rules (
@@ -63,7 +63,7 @@ class SqliteRuleStore:
                 rule_id=row[0],
                 effect=Effect(row[1]),
                 kind=row[2],
-                match=row[3],
+                match=shown_pattern(row[2], row[3]),
                 scope=row[4],
                 origin=row[5],
                 create_time=datetime.fromisoformat(row[6]),

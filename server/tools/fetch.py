@@ -2,7 +2,7 @@
 
 Prepare canonicalizes the URL (lower-case IDNA host, numeric IPv4 forms in dotted form,
 compressed IPv6, default ports) and freezes it; nothing is resolved or fetched. Invoke
-resolves the host once, refuses internal addresses unless `fetch.allow_networks` lists them,
+resolves the host once, refuses internal addresses unless `network.allow_networks` lists them,
 and dials that pinned address for the whole call (the Host header and TLS SNI keep the
 name), so DNS rebinding cannot move it. Redirects stay on the approved scheme, host and
 port. Errors name only the method and host:port, never the path, query or body.
@@ -219,7 +219,7 @@ class Fetch(Tool[FetchArguments, FetchArtifact]):
                 return ToolResult.error(
                     "address_refused",
                     f"{where}: the host resolves to an internal address, which Fetch may not "
-                    "reach (see fetch.allow_networks).",
+                    "reach (see network.allow_networks).",
                 )
             return ToolResult.error(refused.code, f"{where}: {refused.message}")
 

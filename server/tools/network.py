@@ -92,7 +92,7 @@ def network_target(url: str) -> str:
 
 class HttpAccess:
     """`Service.NETWORK`, the server's network client: every request resolves its host once,
-    refuses internal addresses unless `allow_networks` (`[fetch] allow_networks`) lists them,
+    refuses internal addresses unless `allow_networks` (`[network] allow_networks`) lists them,
     and connects only to that pinned address (the Host header and TLS name keep the host)."""
 
     def __init__(
@@ -130,7 +130,7 @@ class HttpAccess:
             raise NetworkRefused(
                 "address_refused",
                 "the host resolves to an internal address, which tools may not reach "
-                "(see fetch.allow_networks).",
+                "(see network.allow_networks).",
             )
         return addresses[0]
 

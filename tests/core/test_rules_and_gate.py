@@ -131,13 +131,45 @@ def test_path_patterns_cover_exact_paths_or_whole_trees(
         ("tcp://example.com:*", "tcp://example.com.evil:80", False),
         ("tcp://example.com:*", "tcp://other.com:80", False),
         ("tcp://[::1]:*", "tcp://[::1]:8080", True),
+        ("Network(example.com:443)", "tcp://example.com:443", True),
+        ("Network(example.com:443)", "tcp://a.example.com:443", False),
+        ("Network(*.example.com:443)", "tcp://a.example.com:443", True),
+        ("Network(*.example.com:443)", "tcp://b.a.example.com:443", True),
+        ("Network(*.example.com:443)", "tcp://example.com:443", False),
+        ("Network(*.example.com:443)", "tcp://aexample.com:443", False),
+        ("Network(*.example.com:443)", "tcp://a.example.com:80", False),
+        ("Network(*.example.com:443)", "tcp://*.a.example.com:443", True),
+        ("Network(*.a.example.com:443)", "tcp://*.example.com:443", False),
+        ("Network(a.example.com:443)", "tcp://*.example.com:443", False),
+        ("Network(*.example.com:*)", "tcp://x.example.com:8443", True),
+        ("Network(*.0.0.1:80)", "tcp://127.0.0.1:80", False),
     ],
 )
 def test_network_patterns_match_host_exactly_and_port_or_any_port(
     pattern: str, match: str, covered: bool
 ) -> None:
-    """`tcp://host:port` is exact; `:*` widens only the port, never the host."""
+    """`Network(host:port)` (or `tcp://host:port`) is exact; `:*` widens only the port;
+    `*.domain` covers hosts below the domain (never the domain itself, never an address)."""
     assert pattern_covers(NETWORK, pattern, match) is covered
+
+
+@pytest.mark.parametrize(
+    ("pattern", "match", "denied"),
+    [
+        ("Network(a.example.com:443)", "tcp://*.example.com:443", True),
+        ("Network(a.example.com:*)", "tcp://*.example.com:443", True),
+        ("Network(a.example.com:80)", "tcp://*.example.com:443", False),
+        ("Network(*.a.example.com:443)", "tcp://*.example.com:443", True),
+        ("Network(example.com:443)", "tcp://*.example.com:443", False),
+        ("Network(other.org:443)", "tcp://*.example.com:443", False),
+    ],
+)
+def test_a_network_deny_refuses_a_declared_wildcard_that_holds_a_denied_host(
+    pattern: str, match: str, denied: bool
+) -> None:
+    """Deny rules over-match: `*.example.com:443` asked for is refused when any host below it
+    is denied, since the proxy would reach that host."""
+    assert deny(NETWORK, pattern).covers(requirement(NETWORK, match)) is denied
 
 
 def test_command_families_cover_every_segment_and_exact_commands_only_themselves() -> None:
@@ -180,8 +212,12 @@ def test_tree_coverage_is_component_prefix(
     [
         (READ, "/a/./b/../c", "/a/c"),
         (WRITE, "tree:/a//b/", "tree:/a/b"),
-        (NETWORK, "TCP://Example.COM:443", "tcp://example.com:443"),
-        (NETWORK, "tcp://host:*", "tcp://host:*"),
+        (NETWORK, "TCP://Example.COM:443", "Network(example.com:443)"),
+        (NETWORK, "tcp://host:*", "Network(host:*)"),
+        (NETWORK, "Network(Example.COM.:443)", "Network(example.com:443)"),
+        (NETWORK, "Network(*.Example.org:443)", "Network(*.example.org:443)"),
+        (NETWORK, "Network(2130706433:80)", "Network(127.0.0.1:80)"),
+        (NETWORK, "Network([0:0::1]:80)", "Network([::1]:80)"),
         (CONTEXT, "skill:pdf-tools", "skill:pdf-tools"),
         (COMMAND, "git status", "git status"),
         (COMMAND, "  git status\n", "git status"),
@@ -208,6 +244,12 @@ def test_valid_patterns_are_normalized(kind: str, match: str, normalized: str) -
         (NETWORK, "tcp://example.com:http"),
         (NETWORK, "tcp://example.com:123456"),
         (NETWORK, "tcp://exa mple.com:80"),
+        (NETWORK, "Network(example.com)"),
+        (NETWORK, "Network(*.org:443)"),
+        (NETWORK, "Network(*:443)"),
+        (NETWORK, "network(example.com:443)"),
+        (NETWORK, "example.com:443"),
+        (NETWORK, "Network(::1:80)"),
         (CONTEXT, "pdf"),
         (CONTEXT, "skill:"),
         (CONTEXT, "skill:Upper"),

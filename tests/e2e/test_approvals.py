@@ -331,7 +331,7 @@ async def test_only_candidates_for_unmet_requirements_are_offered(tmp_path: Path
         pending = await watcher.approval(call.execution_id)
         assert [(r.kind, r.match) for r in pending.unmet] == [("network", "tcp://example.com:443")]
         assert [(c.kind, c.match) for c in pending.candidates] == [
-            ("network", "tcp://example.com:443")
+            ("network", "Network(example.com:443)")
         ]
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from callgate.v1 import session_pb2, tool_call_pb2, tool_service_pb2
 from tests.support.calls import invoke, open_session, prepare
-from tests.support.sandbox import bwrap_only, listening_socket, processes_running, sleep_marker
+from tests.support.egress import counting_server
+from tests.support.sandbox import bwrap_only, processes_running, sleep_marker
 from tests.support.server import Harness, serve
 from tests.support.status import failure
 
@@ -133,22 +134,28 @@ async def test_secrets_in_the_workspace_read_as_nothing(tmp_path: Path) -> None:
 
 
 async def test_network_needs_an_approved_declaration(tmp_path: Path) -> None:
-    """A real listener on the host is unreachable without a network declaration, and
-    reachable once the declared target is approved."""
-    with listening_socket() as port:
-        command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+    """A real HTTP server on the host is unreachable without a network declaration; once the
+    declared target is approved, the command reaches it through its proxy, and only so (bash's
+    /dev/tcp, which ignores the proxy, reaches nothing either way)."""
+    with counting_server("host") as server:
+        target = f"127.0.0.1:{server.port}"
+        command = (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{server.port}) 2>/dev/null && echo direct; "
+            f"curl -sS -m 5 http://{target}/ || echo curl-failed"
+        )
         rules = [
             *allow(command),
-            {"effect": "allow", "kind": "network", "match": f"tcp://127.0.0.1:{port}"},
+            {"effect": "allow", "kind": "network", "match": f"tcp://{target}"},
         ]
-        async with serve(tmp_path, sandbox="bwrap", rules=rules) as harness:
+        async with serve(
+            tmp_path, sandbox="bwrap", rules=rules, network={"allow_networks": ["127.0.0.0/8"]}
+        ) as harness:
             closed = await run_bash(harness, {"command": command})
-            opened = await run_bash(
-                harness, {"command": command, "access": {"network": [f"127.0.0.1:{port}"]}}
-            )
-    assert "connected" not in closed.result.text
-    assert closed.result.exit_code != 0
-    assert opened.result.text == "connected\n[exit code: 0]"
+            opened = await run_bash(harness, {"command": command, "access": {"network": [target]}})
+    assert "curl-failed" in closed.result.text
+    assert "direct" not in closed.result.text
+    assert opened.result.text == "host\n[exit code: 0]"
+    assert server.accepted == 1
 
 
 async def test_the_servers_environment_is_invisible(

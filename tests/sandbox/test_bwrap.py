@@ -21,7 +21,6 @@ from tests.sandbox.helpers import Layout, finish, make_layout, read_until, start
 from tests.support.sandbox import (
     bwrap_only,
     bwrap_path,
-    listening_socket,
     processes_running,
     sleep_marker,
     sleeper,
@@ -271,17 +270,6 @@ async def test_run_directory_and_server_sockets_are_private(
         _, unmasked = await finish(await runner.start(layout.spec(command)))
     assert masked == b"0\n"
     assert unmasked == b"0\nconnected\n"
-
-
-async def test_network_is_closed_unless_approved(runner: BwrapRunner, layout: Layout) -> None:
-    """A real listener on the host's loopback is unreachable without network, reachable with."""
-    with listening_socket() as port:
-        command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
-        closed, out_closed = await finish(await runner.start(layout.spec(command)))
-        opened, out_opened = await finish(await runner.start(layout.spec(command, network=True)))
-    assert closed != 0
-    assert b"connected" not in out_closed
-    assert (opened, out_opened) == (0, b"connected\n")
 
 
 async def test_stdin_is_a_pipe_only_when_asked(runner: BwrapRunner, layout: Layout) -> None:

@@ -32,7 +32,10 @@ class AccessArguments(Arguments):
     )
     network: Annotated[list[str], Field(max_length=MAX_DECLARATIONS)] = Field(
         default_factory=list,
-        description="Network targets as `host:port` (IPv6 in brackets: `[::1]:8080`).",
+        description=(
+            "Network targets as `host:port` (IPv6 in brackets: `[::1]:8080`; `*.example.org:443` "
+            "for every host below a domain), reached through the sandbox's HTTP proxy."
+        ),
     )
 
 

@@ -38,10 +38,8 @@ Decisions:
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 from typing import ClassVar, Protocol
 
 import anyio
@@ -67,8 +65,8 @@ from ...core.models import (
 )
 from ...core.paths import is_magic, lexical_path, real_path
 from ...core.preview import bounded
-from ...core.rules import is_network_target
 from ...core.tool import Arguments, Artifact, Prepared, Tool, ToolContext
+from ...net.addresses import Endpoint
 from ...sandbox.runner import CommandRunner, CommandStartError
 from ..common import display
 from .artifact import AccessArguments, BashArguments, BashArtifact, PathDeclaration
@@ -83,7 +81,6 @@ MAX_PATH_CHARS = 4096
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_FOREGROUND_TIMEOUT_SECONDS = 600.0
 SUMMARY_CHARS = 120
-_HOSTNAME = re.compile(r"[a-z0-9_](?:[a-z0-9_.-]{0,251}[a-z0-9_])?")
 
 
 class BackgroundStarter(Protocol):
@@ -185,24 +182,26 @@ def _declared_path(raw: str, field: str, ctx: ToolContext, *, must_exist: bool) 
 
 
 def _network_target(raw: str, field: str) -> str:
-    host, separator, port = raw.lower().rpartition(":")
-    if not separator or not host:
-        raise arguments_invalid(field, "a network target is host:port, e.g. pypi.org:443")
-    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise arguments_invalid(field, "the port must be a number from 1 to 65535")
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            host = f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
-        except ValueError:
-            raise arguments_invalid(field, "the bracketed host is not an IPv6 address") from None
-    elif not _HOSTNAME.fullmatch(host) or ".." in host:
-        raise arguments_invalid(
-            field, "the host must be a name or an IP address (IPv6 in brackets)"
+    """A declared `host:port` (or `*.domain:port`) as its requirement's canonical match."""
+    try:
+        endpoint = Endpoint.parse(raw, wildcard=True)
+    except ValueError as exc:
+        raise arguments_invalid(field, str(exc)) from None
+    return f"tcp://{endpoint}"
+
+
+def _network_words(target: str, sandboxed: bool) -> str:
+    """How a declared network target reads to an approver."""
+    endpoint = target.removeprefix("tcp://")
+    if not sandboxed:
+        return f"{endpoint} (unsandboxed: the command has the whole network)"
+    host, _, port = endpoint.rpartition(":")
+    if host.startswith("*."):
+        return (
+            f"{endpoint} (every host below {host[2:]}, port {port}, through callgate's proxy; "
+            "nothing else)"
         )
-    target = f"tcp://{host}:{int(port)}"
-    if not is_network_target(target):
-        raise arguments_invalid(field, "the network target is not valid")
-    return target
+    return f"{endpoint} (through callgate's proxy; nothing else)"
 
 
 def _dedupe(items: list[PathDeclaration]) -> tuple[PathDeclaration, ...]:
@@ -219,13 +218,18 @@ class Bash(Tool[BashArguments, BashArtifact]):
     name: ClassVar[str] = "Bash"
     description: ClassVar[str] = (
         "Run a shell command with `bash -c` in the workspace, sandboxed: the filesystem "
-        "outside the workspace is read-only, secrets are hidden, there is no network, and "
-        "the environment is clean (PATH, a private HOME and TMPDIR, LANG=C.UTF-8, TERM=dumb). "
+        "outside the workspace is read-only, secrets are hidden, there is no network unless "
+        "declared, and the environment is clean (PATH, a private HOME and TMPDIR, "
+        "LANG=C.UTF-8, TERM=dumb). "
         "stdin is empty. Output is stdout and stderr combined; the first and last 16 KiB are "
         "kept and the result ends with `[exit code: N]` (a non-zero exit is a normal "
         "result). `timeout` (1-600 s, default 30) terminates the whole process tree. Declare "
         "anything more in `access` (read or write paths outside the workspace, `host:port` "
-        "network targets): each declaration is shown to the approver. `background: true` "
+        "network targets): each declaration is shown to the approver. Declared hosts are "
+        "reached through an HTTP proxy the sandbox gets in HTTP_PROXY, HTTPS_PROXY and "
+        "ALL_PROXY (it resolves names; there is no DNS and no other way out); package "
+        "managers need their download hosts too (pip: pypi.org:443 and "
+        "files.pythonhosted.org:443). `background: true` "
         "runs the command under the process supervisor and returns a process_id."
     )
     arguments: ClassVar[type[Arguments]] = BashArguments
@@ -329,7 +333,8 @@ class Bash(Tool[BashArguments, BashArtifact]):
     ) -> Preview:
         """The command, where and how it runs, what it declared, and the command rules'
         warnings: the approver's view of a Bash call."""
-        if self.runner.mode is SandboxMode.BWRAP:
+        sandboxed = self.runner.mode is SandboxMode.BWRAP
+        if sandboxed:
             where = "in the bubblewrap sandbox"
         else:
             where = "UNSANDBOXED: it can read and change anything the server's user can"
@@ -341,7 +346,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
         declared = [
             *(f"  read  {d.path}{'/**' if d.is_tree else ''}" for d in artifact.read),
             *(f"  write {d.path}{'/**' if d.is_tree else ''}" for d in artifact.write),
-            *(f"  network {t.removeprefix('tcp://')} (means any host)" for t in artifact.network),
+            *(f"  network {_network_words(t, sandboxed)}" for t in artifact.network),
         ]
         lines.append("declared access:" if declared else "declared access: none")
         lines += declared
@@ -411,11 +416,8 @@ class Bash(Tool[BashArguments, BashArtifact]):
                     kind=RequirementKind.NETWORK.value,
                     scope="",
                     match=target,
-                    description=(
-                        f"let the command connect to {target.removeprefix('tcp://')}; note: "
-                        "approving any network target gives the command the whole network "
-                        "(there is no per-host egress filter)"
-                    ),
+                    description="let the command connect to "
+                    + _network_words(target, self.runner.mode is SandboxMode.BWRAP),
                 )
             )
         return tuple(requirements)

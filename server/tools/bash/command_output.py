@@ -8,6 +8,7 @@ from anyio import ClosedResourceError, EndOfStream
 
 from ...core.models import ToolResult
 from ...core.tool import OutputSink
+from ...net.egress import refused_footer
 from ...sandbox.runner import RunningCommand
 
 OUTPUT_HEAD_BYTES = 16 << 10
@@ -122,6 +123,9 @@ async def run_foreground(
             if running.stdin is not None:
                 await running.stdin.aclose()
     text = capture.text()
+    refused = refused_footer(running.network_refused)
+    if refused:
+        text = _with_footer(text, refused)
     hit = running.limit_hit
     if hit is not None:
         return ToolResult(

@@ -16,6 +16,8 @@ from ...core.errors import InvalidArgument
 from ...core.models import TREE_PREFIX, ToolResult
 from ...core.paths import is_within, real_path
 from ...core.tool import ToolContext
+from ...net.addresses import Endpoint
+from ...net.egress import Allowance, EgressCall
 from ...sandbox import fsaccess
 from ...sandbox.program_masks import ProgramMasks
 from ...sandbox.runner import CommandSpec
@@ -203,7 +205,7 @@ async def command_spec(
         env=command_env(home, tmp, settings),
         write_paths=tuple(d.path for d in writes),
         read_paths=tuple(d.path for d in reads),
-        network=bool(artifact.network) and not ctx.read_only,
+        egress=_egress(artifact, ctx),
         masked_paths=tuple(dict.fromkeys([*settings.masked_paths, *exposure.masked, *programs])),
         readonly_paths=tuple(dict.fromkeys(exposure.readonly)),
         pinned_dirs=pinned_dirs(
@@ -214,6 +216,21 @@ async def command_spec(
         stdin=stdin,
         read_only=ctx.read_only,
     )
+
+
+def _egress(artifact: BashArtifact, ctx: ToolContext) -> EgressCall | None:
+    """What the command's proxy may reach: its approved network declarations, each with what
+    approved it (the journal names it with every connection). None: no network at all."""
+    if not artifact.network or ctx.read_only:
+        return None
+    allowances = tuple(
+        Allowance(
+            Endpoint.parse(target.removeprefix("tcp://"), wildcard=True),
+            ctx.network_origins.get(target, "approved"),
+        )
+        for target in artifact.network
+    )
+    return EgressCall(ctx.session_id, ctx.execution_id, allowances)
 
 
 async def denied_program_files(names: frozenset[str], masks: ProgramMasks) -> tuple[str, ...]:

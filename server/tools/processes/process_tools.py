@@ -149,6 +149,8 @@ def process_state(process: SupervisedProcess) -> dict[str, object]:
         "reason": process.reason.value if process.reason and not process.is_running else None,
         # The sandbox limit it ran into (pids_limit, memory_limit, cpu_limit, file_size_limit).
         "limit": process.running.limit_hit if not process.is_running else None,
+        # The endpoints its proxy refused so far (`host:port: why`), for a new call to declare.
+        "network_refused": [f"{e}: {why}" for e, why in process.running.network_refused] or None,
         "total_bytes": process.log.total,
         # Set when the spool stopped early (the server-wide budget or the journal's reserve).
         "spool_stopped": process.log.spool_stopped or None,

@@ -1,0 +1,897 @@
+"""The egress proxy: a sandboxed command's only way out (design section 6).
+
+A command approved for network runs in a network namespace of its own with nothing but
+loopback; on that loopback the server has put a listener (`sandbox/netns.py`), which this proxy
+serves. The command finds it through HTTP_PROXY, HTTPS_PROXY and ALL_PROXY; a program that
+ignores them reaches nothing at all. Per connection the proxy takes one request:
+
+- `CONNECT host:port` opens a tunnel, and
+- an absolute-URI request (`GET http://host:port/path HTTP/1.1`) is forwarded once, with
+  `Connection: close`, and its response returned;
+
+only to an endpoint the call's approved network requirements cover (`Allowance`), exactly:
+the host a request names, never the one a later Host header or TLS name claims. Before
+connecting, the proxy resolves the host itself (the sandbox has no DNS) and refuses it when any
+address it resolves to is loopback, private, link-local, metadata or otherwise internal, unless
+`allow_networks` lists it (the same check as Fetch: `addresses.address_refused`); it connects to
+the first address only. In a tunnel, the client's first bytes are read before any is forwarded:
+a TLS ClientHello whose server name (SNI) is not the tunnel's host is refused with a TLS alert.
+Per-host method limits apply to forwarded requests (a tunnel's methods are inside its TLS).
+
+Every refusal is answered at once (HTTP 403, 400, 502 or 504 naming the host and the reason;
+a TLS alert inside a tunnel), and every connection, allowed or refused, is reported by
+`ConnectionRecord` to the server, which journals it. A call makes at most
+`max_connections` connections and moves at most `max_bytes` each way; past either, connections
+are refused or cut, with that reason. Memory per connection is bounded by the stream buffers
+(HEAD_LIMIT_BYTES each side) whatever the peers do.
+
+The proxy runs in a thread of its own with its own asyncio loop, started at its first use, so
+neither a busy transfer nor a slow peer takes time from the server's event loop; the server
+hands it listeners and collects reports through `open` and `close` (thread-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ipaddress
+import logging
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .addresses import (
+    Endpoint,
+    IPAddress,
+    IPNetwork,
+    Target,
+    address_refused,
+    bare_host,
+    dialled,
+)
+from .client_hello import ACCESS_DENIED_ALERT, MAX_HELLO_BYTES, Verdict, read_hello
+
+log = logging.getLogger(__name__)
+
+# A request's head (request line and headers), and a response's head, at most.
+HEAD_LIMIT_BYTES = 64 << 10
+# One read of a relayed stream.
+RELAY_CHUNK_BYTES = 256 << 10
+HEAD_SECONDS = 30.0
+RESOLVE_SECONDS = 10.0
+# The most addresses of one host tried in turn.
+MAX_ADDRESSES = 8
+DEFAULT_CONNECT_SECONDS = 10.0
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_BYTES = 4 << 30
+# How long a refused client's further bytes are read and dropped before its socket is closed.
+LINGER_SECONDS = 1.0
+# How long closing a call's proxy waits for its connections to end once cancelled.
+CLOSE_SECONDS = 5.0
+# The most refused endpoints a report (and the call's result) lists.
+MAX_REPORTED = 32
+
+_TOKEN = re.compile(rb"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"host",
+    }
+)
+_RESPONSE_DROPPED = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """One approved endpoint of a call (`Endpoint`, maybe `*.domain`), and what approved it
+    (`rule config-0`, `approved by alice`, `access default`), which the journal names."""
+
+    endpoint: Endpoint
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSettings:
+    """What the proxy enforces beyond a call's allowances (`[network]`)."""
+
+    allow_networks: tuple[IPNetwork, ...] = ()
+    # Per-endpoint method limits for forwarded (plain HTTP) requests: the first covering
+    # pattern decides.
+    methods: tuple[tuple[Endpoint, frozenset[str]], ...] = ()
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_bytes: int = DEFAULT_MAX_BYTES
+    connect_seconds: float = DEFAULT_CONNECT_SECONDS
+
+    @classmethod
+    def build(
+        cls,
+        allow_networks: Iterable[str] = (),
+        methods: Iterable[tuple[str, Iterable[str]]] = (),
+        **limits: Any,
+    ) -> EgressSettings:
+        return cls(
+            tuple(ipaddress.ip_network(n, strict=False) for n in allow_networks),
+            tuple(
+                (Endpoint.parse(p, wildcard=True, any_port=True), frozenset(m.upper() for m in ms))
+                for p, ms in methods
+            ),
+            **limits,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRecord:
+    """One connection a sandboxed command asked the proxy for, as the journal keeps it:
+    `refusal` is a stable code (empty when the connection was allowed and ran its course),
+    `rule` what approved the endpoint (empty when none did)."""
+
+    session_id: str
+    execution_id: str
+    method: str
+    host: str
+    port: int
+    allowed: bool
+    rule: str
+    refusal: str
+    message: str
+    address: str
+    bytes_up: int
+    bytes_down: int
+
+    def journal_data(self) -> dict[str, str | int | bool]:
+        return {
+            "method": self.method,
+            "host": self.host,
+            "port": self.port,
+            "allowed": self.allowed,
+            "rule": self.rule,
+            "refusal": self.refusal,
+            "message": self.message,
+            "address": self.address,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EgressReport:
+    """What a call's commands did on the network: connections asked for, bytes each way, and
+    the endpoints refused with why (distinct, at most MAX_REPORTED, `omitted` more)."""
+
+    connections: int = 0
+    bytes_up: int = 0
+    bytes_down: int = 0
+    refused: tuple[tuple[str, str], ...] = ()
+    omitted: int = 0
+
+    def footer(self) -> str:
+        """One line for the call's result naming what was refused, or "" when nothing was."""
+        return refused_footer(self.refused, self.omitted)
+
+
+def refused_footer(refused: Iterable[tuple[str, str]], omitted: int = 0) -> str:
+    """One line naming the endpoints a command's proxy refused and why ("" for none)."""
+    listed = "; ".join(f"{endpoint} ({reason})" for endpoint, reason in refused)
+    if not listed:
+        return ""
+    more = f"; and {omitted} more" if omitted else ""
+    return (
+        f"[network refused: {listed}{more}. A host that was not approved can be declared in "
+        "access.network of a new call]"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EgressCall:
+    """The call a listener serves: for the records, and what it may reach."""
+
+    session_id: str
+    execution_id: str
+    allowances: tuple[Allowance, ...]
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+_REASONS = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 504: "Gateway Timeout"}
+
+
+@dataclass(slots=True)
+class _Connection:
+    method: str = ""
+    endpoint: Endpoint | None = None
+    rule: str = ""
+    address: str = ""
+    up: int = 0
+    down: int = 0
+    refusal: str = ""
+    message: str = ""
+    allowed: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Grant:
+    """One call's listener and its connections (proxy thread only)."""
+
+    call: EgressCall
+    deliver: Callable[[ConnectionRecord], None]
+    server: asyncio.AbstractServer | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    connections: int = 0
+    up: int = 0
+    down: int = 0
+    exhausted: str = ""
+    refused: dict[str, str] = field(default_factory=dict)
+    omitted: int = 0
+    closed: bool = False
+
+    def refuse(self, endpoint: str, message: str) -> None:
+        if endpoint in self.refused:
+            return
+        if len(self.refused) >= MAX_REPORTED:
+            self.omitted += 1
+        else:
+            self.refused[endpoint] = message
+
+    def report(self) -> EgressReport:
+        return EgressReport(
+            self.connections, self.up, self.down, tuple(self.refused.items()), self.omitted
+        )
+
+
+class EgressHandle:
+    """A listener being served for one call; `EgressProxy.close` ends it."""
+
+    def __init__(self, grant: _Grant) -> None:
+        self._grant = grant
+
+    def refused_so_far(self) -> tuple[tuple[str, str], ...]:
+        """The endpoints refused until now (from any thread: a copy taken under the GIL)."""
+        return tuple(list(self._grant.refused.items()))
+
+
+class EgressProxy:
+    """The server's one egress proxy (see the module docstring)."""
+
+    def __init__(self, settings: EgressSettings | None = None) -> None:
+        self.settings = settings or EgressSettings()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    # The server's side (its event loop) ---------------------------------------------------
+
+    async def open(
+        self,
+        listener: socket.socket,
+        call: EgressCall,
+        record: Callable[[ConnectionRecord], None],
+    ) -> EgressHandle:
+        """Serve `listener` (a listening TCP socket, in the sandbox's namespace) for `call`;
+        `record` is called on the caller's event loop with each connection once it is over.
+        The proxy owns the listener from here on."""
+        caller = asyncio.get_running_loop()
+
+        def deliver(item: ConnectionRecord) -> None:
+            with contextlib.suppress(RuntimeError):  # the server's loop is gone: shutting down
+                caller.call_soon_threadsafe(record, item)
+
+        grant = _Grant(call, deliver)
+        try:
+            await self._in_thread(self._serve(listener, grant))
+        except BaseException:
+            listener.close()
+            raise
+        return EgressHandle(grant)
+
+    async def close(self, handle: EgressHandle) -> EgressReport:
+        """Stop serving the call's listener, end its connections, and report."""
+        report: EgressReport = await self._in_thread(self._close(handle._grant))
+        return report
+
+    def stop(self) -> None:
+        """End the proxy's thread (at server stop); every listener still served is closed."""
+        with self._lock:
+            self._stopped = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(CLOSE_SECONDS)
+
+    async def _in_thread(self, coroutine: Any) -> Any:
+        loop = self._started()
+        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the egress proxy is stopped")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+                thread = threading.Thread(
+                    target=self._run, args=(loop, ready), name="callgate-egress", daemon=True
+                )
+                thread.start()
+                ready.wait()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    # The proxy's side (its own loop) ------------------------------------------------------
+
+    async def _serve(self, listener: socket.socket, grant: _Grant) -> None:
+        listener.setblocking(False)
+        grant.server = await asyncio.start_server(
+            lambda reader, writer: self._accepted(grant, reader, writer),
+            sock=listener,
+            limit=HEAD_LIMIT_BYTES,
+        )
+
+    async def _close(self, grant: _Grant) -> EgressReport:
+        grant.closed = True
+        if grant.server is not None:
+            grant.server.close()
+        tasks = list(grant.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
+        return grant.report()
+
+    async def _accepted(
+        self, grant: _Grant, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        grant.tasks.add(task)
+        connection = _Connection()
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            if grant.closed:
+                return
+            upstream = await self._handle(grant, connection, reader, writer)
+        except _Refused as refused:
+            connection.refusal, connection.message = refused.code, refused.message
+            if await _answer(writer, refused, connection.endpoint):
+                await _linger(reader)
+        except asyncio.CancelledError:
+            if not connection.refusal and connection.allowed:
+                connection.message = "ended with the command"
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            pass  # a peer went away: the record says what was moved
+        except Exception:
+            log.exception("the egress proxy failed on a connection")
+        finally:
+            grant.tasks.discard(task)
+            for stream in (writer, upstream):
+                if stream is not None:
+                    stream.close()
+            self._record(grant, connection)
+
+    def _record(self, grant: _Grant, connection: _Connection) -> None:
+        endpoint = connection.endpoint
+        if endpoint is None:
+            return  # nothing was asked for (closed before a request, or not a request at all)
+        if connection.refusal:
+            grant.refuse(str(endpoint), connection.message)
+        grant.deliver(
+            ConnectionRecord(
+                session_id=grant.call.session_id,
+                execution_id=grant.call.execution_id,
+                method=connection.method,
+                host=endpoint.host,
+                port=endpoint.port or 0,
+                allowed=connection.allowed,
+                rule=connection.rule,
+                refusal=connection.refusal,
+                message=connection.message,
+                address=connection.address,
+                bytes_up=connection.up,
+                bytes_down=connection.down,
+            )
+        )
+
+    async def _handle(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> asyncio.StreamWriter | None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
+        except asyncio.LimitOverrunError:
+            raise _Refused(400, "bad_request", "the request head is too large") from None
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return None  # no request came: nothing to answer or record
+        method, target, headers = _parse_request(head)
+        connection.method = method
+        framing = ("none", 0)
+        if method == "CONNECT":
+            endpoint = _connect_endpoint(target)
+            url = None
+        else:
+            url, endpoint = _forward_endpoint(target)
+            framing = _body_framing(headers)
+        connection.endpoint = endpoint
+        allowance = self._admit(grant, connection, endpoint)
+        connection.rule = allowance.origin
+        if url is not None:
+            limit = next((m for p, m in self.settings.methods if p.covers(endpoint)), None)
+            if limit is not None and method not in limit:
+                raise _Refused(
+                    403,
+                    "method_refused",
+                    f"{method} is not among the methods allowed for {endpoint} "
+                    f"({', '.join(sorted(limit))})",
+                )
+        addresses = await self._resolve(endpoint)
+        upstream_reader, upstream, address = await self._connect(addresses, endpoint)
+        connection.address = str(address)
+        connection.allowed = True
+        try:
+            if url is None:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                await self._tunnel(grant, connection, reader, writer, upstream_reader, upstream)
+            else:
+                await self._forward(
+                    grant,
+                    connection,
+                    url,
+                    method,
+                    (headers, framing),
+                    (reader, writer),
+                    upstream_reader,
+                    upstream,
+                )
+        except _Refused as refused:
+            connection.refusal, connection.message = refused.code, refused.message
+            # Refused by its TLS server name: nothing was sent on to the host.
+            connection.allowed = refused.code != "server_name"
+            if refused.status == 0 or url is None:
+                return upstream  # mid-stream: nothing more can be said in HTTP
+            raise
+        return upstream
+
+    def _admit(self, grant: _Grant, connection: _Connection, endpoint: Endpoint) -> Allowance:
+        grant.connections += 1
+        if grant.connections > self.settings.max_connections:
+            raise _Refused(
+                403,
+                "connection_limit",
+                f"the command already made {self.settings.max_connections} connections, "
+                "the most one call may make",
+            )
+        if grant.exhausted:
+            raise _Refused(403, "byte_limit", grant.exhausted)
+        allowance = next((a for a in grant.call.allowances if a.endpoint.covers(endpoint)), None)
+        if allowance is None:
+            raise _Refused(403, "not_approved", "not approved for this command")
+        return allowance
+
+    async def _resolve(self, endpoint: Endpoint) -> list[IPAddress]:
+        host = bare_host(endpoint.host)
+        try:
+            addresses: list[IPAddress] = [ipaddress.ip_address(host)]
+        except ValueError:
+            loop = asyncio.get_running_loop()
+            try:
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(host, endpoint.port, type=socket.SOCK_STREAM),
+                    RESOLVE_SECONDS,
+                )
+            except (OSError, TimeoutError):
+                infos = []
+            addresses = [ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos]
+        if not addresses:
+            raise _Refused(502, "dns_failed", "the host name did not resolve")
+        if any(address_refused(a, self.settings.allow_networks) for a in addresses):
+            raise _Refused(
+                403,
+                "address_refused",
+                "the host resolves to an internal address, which commands may not reach "
+                "(see network.allow_networks)",
+            )
+        return list(dict.fromkeys(dialled(a) for a in addresses))[:MAX_ADDRESSES]
+
+    async def _connect(
+        self, addresses: list[IPAddress], endpoint: Endpoint
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, IPAddress]:
+        """Connect to the first of the checked addresses that answers (in the resolver's
+        order: an unreachable IPv6 address does not fail a host that has IPv4 too)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.connect_seconds
+        for address in addresses:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(str(address), endpoint.port, limit=HEAD_LIMIT_BYTES),
+                    max(deadline - loop.time(), 0.001),
+                )
+            except TimeoutError:
+                raise _Refused(504, "timed_out", "the connection timed out") from None
+            except OSError:
+                continue
+            return reader, writer, address
+        raise _Refused(502, "connect_failed", "could not connect")
+
+    def _charge(self, grant: _Grant, connection: _Connection, up: int, down: int) -> None:
+        """Count bytes moved; past the call's budget the connection is cut (and later ones
+        refused)."""
+        connection.up += up
+        connection.down += down
+        grant.up += up
+        grant.down += down
+        limit = self.settings.max_bytes
+        if grant.up > limit or grant.down > limit:
+            grant.exhausted = (
+                f"the command moved more than {limit} bytes one way, the most one call may move"
+            )
+            raise _Refused(0, "byte_limit", grant.exhausted)
+
+    async def _tunnel(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream: asyncio.StreamWriter,
+    ) -> None:
+        """Relay both ways; the client's first bytes are held until they show whether they are
+        TLS, and if they are, that its server name is the tunnel's host."""
+        assert connection.endpoint is not None
+
+        async def outward() -> None:
+            assert connection.endpoint is not None
+            try:
+                first = await self._first_bytes(reader, connection.endpoint)
+            except _Refused:
+                writer.write(ACCESS_DENIED_ALERT)
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
+                raise
+            if first:
+                self._charge(grant, connection, len(first), 0)
+                upstream.write(first)
+                await upstream.drain()
+            await self._pipe(grant, connection, reader, upstream, outward=True)
+
+        async def inward() -> None:
+            await self._pipe(grant, connection, upstream_reader, writer, outward=False)
+
+        await _both(outward(), inward())
+
+    async def _first_bytes(self, reader: asyncio.StreamReader, endpoint: Endpoint) -> bytes:
+        """The client's first bytes in a tunnel: returned when they are not TLS, or TLS naming
+        the tunnel's host (or no name); _Refused otherwise."""
+        data = b""
+        while True:
+            hello = read_hello(data)
+            if hello.verdict is not Verdict.INCOMPLETE:
+                break
+            chunk = await reader.read(min(hello.needed - len(data), MAX_HELLO_BYTES))
+            if not chunk:
+                return data  # the client closed first: nothing was sent to check
+            data += chunk
+        if hello.verdict is Verdict.NOT_TLS:
+            return data
+        reason = ""
+        if hello.verdict is Verdict.MALFORMED:
+            reason = "its TLS ClientHello could not be read"
+        elif hello.server_name is not None:
+            try:
+                named = Endpoint.parse(f"{hello.server_name}:{endpoint.port}")
+            except ValueError:
+                named = None
+            if named is None or named.host != endpoint.host:
+                reason = "its TLS server name is another host than the one the tunnel was opened to"
+        if not reason:
+            return data
+        raise _Refused(0, "server_name", reason)
+
+    async def _pipe(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        *,
+        outward: bool,
+    ) -> None:
+        while True:
+            data = await source.read(RELAY_CHUNK_BYTES)
+            if not data:
+                break
+            self._charge(
+                grant, connection, len(data) if outward else 0, 0 if outward else len(data)
+            )
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            with contextlib.suppress(OSError):
+                sink.write_eof()
+
+    async def _forward(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        url: Target,
+        method: str,
+        request: tuple[list[tuple[bytes, bytes]], tuple[str, int]],
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream_reader: asyncio.StreamReader,
+        upstream: asyncio.StreamWriter,
+    ) -> None:
+        """Forward one request (its body framed as the client framed it) with `Connection:
+        close`, and relay the response with `Connection: close`; nothing more is read from the
+        client, so every request on the connection is one this proxy checked."""
+        reader, writer = client
+        headers, (framing, length) = request
+        named = _connection_tokens(headers)
+        lines = [f"{method} {url.target} HTTP/1.1".encode(), b"Host: " + url.host_header.encode()]
+        lines += [
+            name + b": " + value
+            for name, value in headers
+            if name.lower() not in _HOP_BY_HOP and name.lower() not in named
+        ]
+        if framing == "chunked":
+            lines.append(b"Transfer-Encoding: chunked")
+        elif framing == "length":
+            lines.append(b"Content-Length: " + str(length).encode())
+        lines.append(b"Connection: close")
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        self._charge(grant, connection, len(head), 0)
+        upstream.write(head)
+
+        async def body() -> None:
+            try:
+                if framing == "length":
+                    await self._copy_exactly(grant, connection, reader, upstream, length)
+                elif framing == "chunked":
+                    await self._copy_chunked(grant, connection, reader, upstream)
+                await upstream.drain()
+            except (ConnectionError, OSError):
+                pass  # the host stopped reading (it may have answered already): its answer counts
+
+        async def response() -> None:
+            await self._relay_response(grant, connection, upstream_reader, writer)
+
+        await _both(body(), response(), second_ends=True)
+
+    async def _copy_exactly(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        reader: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        length: int,
+    ) -> None:
+        while length > 0:
+            data = await reader.read(min(length, RELAY_CHUNK_BYTES))
+            if not data:
+                raise asyncio.IncompleteReadError(b"", length)
+            length -= len(data)
+            self._charge(grant, connection, len(data), 0)
+            sink.write(data)
+            await sink.drain()
+
+    async def _copy_chunked(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        reader: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+    ) -> None:
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            size_text = line[:-2].split(b";", 1)[0].strip()
+            if not size_text or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+                raise _Refused(0, "bad_request", "the request's chunked body is malformed")
+            size = int(size_text, 16)
+            self._charge(grant, connection, len(line), 0)
+            sink.write(line)
+            if size == 0:
+                break
+            await self._copy_exactly(grant, connection, reader, sink, size)
+            crlf = await reader.readexactly(2)
+            if crlf != b"\r\n":
+                raise _Refused(0, "bad_request", "the request's chunked body is malformed")
+            sink.write(crlf)
+        while True:  # trailers, up to the empty line
+            line = await reader.readuntil(b"\r\n")
+            self._charge(grant, connection, len(line), 0)
+            sink.write(line)
+            if line == b"\r\n":
+                return
+
+    async def _relay_response(
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        upstream_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        while True:
+            try:
+                head = await upstream_reader.readuntil(b"\r\n\r\n")
+            except asyncio.LimitOverrunError:
+                raise _Refused(502, "bad_response", "the response head is too large") from None
+            except asyncio.IncompleteReadError:
+                raise _Refused(502, "bad_response", "the host closed without a response") from None
+            status_line, _, rest = head.partition(b"\r\n")
+            parts = status_line.split(b" ", 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+                raise _Refused(502, "bad_response", "the host's response is not HTTP/1")
+            status = int(parts[1])
+            if 100 <= status < 200 and status != 101:
+                self._charge(grant, connection, 0, len(head))
+                writer.write(head)
+                continue
+            kept = [
+                line
+                for line in rest[:-4].split(b"\r\n")
+                if line and line.split(b":", 1)[0].strip().lower() not in _RESPONSE_DROPPED
+            ]
+            rewritten = b"\r\n".join([status_line, *kept, b"Connection: close"]) + b"\r\n\r\n"
+            self._charge(grant, connection, 0, len(rewritten))
+            writer.write(rewritten)
+            await writer.drain()
+            break
+        await self._pipe(grant, connection, upstream_reader, writer, outward=False)
+
+
+async def _both(first: Any, second: Any, *, second_ends: bool = False) -> None:
+    """Run two relays; when one fails, the other is cancelled and the failure raised. With
+    `second_ends`, the second one ending ends the first too."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+            if second_ends and tasks[1] in done:
+                break
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Read and drop what the client still sends, for a moment, before closing: closing a
+    socket with unread bytes resets the connection, and the client would lose the answer."""
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            dropped = 0
+            while dropped < HEAD_LIMIT_BYTES and (chunk := await reader.read(RELAY_CHUNK_BYTES)):
+                dropped += len(chunk)
+
+
+async def _answer(
+    writer: asyncio.StreamWriter, refused: _Refused, endpoint: Endpoint | None
+) -> bool:
+    """The HTTP answer to a refused request (none once a tunnel or response has begun), the
+    writing side then shut; True when one was sent."""
+    if refused.status == 0:
+        return False
+    subject = str(endpoint) if endpoint is not None else "the request"
+    body = f"callgate refused {subject}: {refused.message}.\n".encode()
+    head = (
+        f"HTTP/1.1 {refused.status} {_REASONS[refused.status]}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"X-Callgate-Refusal: {refused.code}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    with contextlib.suppress(ConnectionError, OSError):
+        writer.write(head + body)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        return True
+    return False
+
+
+def _parse_request(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:
+    """The method, request target and headers of a request head; _Refused (400) when it is not
+    a strict HTTP/1.x request head (bare CR or LF, folded or spaced header names included)."""
+    lines = head[:-4].split(b"\r\n")
+    if any(b"\r" in line or b"\n" in line for line in lines):
+        raise _Refused(400, "bad_request", "the request head is malformed")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0") or not _TOKEN.match(parts[0]):
+        raise _Refused(400, "bad_request", "the request line is not an HTTP/1 request")
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.match(name):
+            raise _Refused(400, "bad_request", "a request header is malformed")
+        headers.append((name, value.strip(b" \t")))
+    try:
+        return parts[0].decode("ascii"), parts[1].decode("ascii"), headers
+    except UnicodeDecodeError:
+        raise _Refused(400, "bad_request", "the request target is not ASCII") from None
+
+
+def _connect_endpoint(target: str) -> Endpoint:
+    try:
+        return Endpoint.parse(target)
+    except ValueError as exc:
+        raise _Refused(400, "bad_request", f"the CONNECT target is not host:port ({exc})") from None
+
+
+def _forward_endpoint(target: str) -> tuple[Target, Endpoint]:
+    if not target.lower().startswith("http://"):
+        raise _Refused(
+            400,
+            "bad_request",
+            "this is a proxy: send an absolute http:// URL, or CONNECT host:port for anything "
+            "else (https included)",
+        )
+    try:
+        url = Target.parse(target)
+    except ValueError as exc:
+        raise _Refused(400, "bad_request", f"the URL is not valid ({exc})") from None
+    return url, Endpoint(url.host, url.port)
+
+
+def _body_framing(headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+    """How the request body is framed: ("none", 0), ("length", n) or ("chunked", 0); _Refused
+    for anything ambiguous (both, several lengths, another transfer coding)."""
+    lengths = [v for n, v in headers if n.lower() == b"content-length"]
+    codings = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    if codings:
+        if lengths or len(codings) != 1 or codings[0].strip().lower() != b"chunked":
+            raise _Refused(400, "bad_request", "the request's body framing is ambiguous")
+        return "chunked", 0
+    if not lengths:
+        return "none", 0
+    if len(set(lengths)) != 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
+        raise _Refused(400, "bad_request", "the request's Content-Length is not valid")
+    return "length", int(lengths[0])
+
+
+def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """The header names the client's Connection header calls hop-by-hop."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() in (b"connection", b"proxy-connection"):
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(tokens)
