@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -51,6 +52,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk[: min(size, len(chunk))])
                 size -= len(chunk)
             return
+        served = self.server.directory
+        if served is not None and self.path.count("/") > 1:
+            # A static file (git's dumb HTTP protocol reads a bare repository so).
+            file = (served / self.path.lstrip("/").split("?")[0]).resolve()
+            if not file.is_relative_to(served) or not file.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = file.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         body = f"{self.server.name}\n".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -63,9 +79,10 @@ class CountingServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, directory: Path | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.name = name
+        self.directory = directory.resolve() if directory is not None else None
         self.accepted = 0
         self.requests: list[tuple[str, str, str]] = []
         self.bodies: list[bytes] = []
@@ -80,8 +97,9 @@ class CountingServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def counting_server(name: str) -> Iterator[CountingServer]:
-    server = CountingServer(name)
+def counting_server(name: str, directory: Path | None = None) -> Iterator[CountingServer]:
+    """A CountingServer answering its name; with `directory`, also the files below it."""
+    server = CountingServer(name, directory)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
