@@ -17,20 +17,34 @@ family's command runs in (every bind read-only, TMPDIR a tmpfs, no network) and 
 sandbox with the deny masks of `Bash(rm:*)`, `Bash(curl:*)` and `Bash(python3:*)` (every file of
 those programs in PATH covered by /dev/null), plus what finding those files costs (the walk of
 the PATH directories, once, and the remembered answer, per command).
-Targets: (b) at most 2 ms above (s) at the median; (t) at least 100 MB/s.
+Network, alternating once more: (n0) (s) with the host's network shared (no --unshare-net, as
+a command approved for network ran before the egress proxy) against (s4) (s) itself, which has a
+network namespace of its own; (p0) the runner's `true` with no network against (p1) the same
+command approved for one host (its proxy listener made in its namespace, served, and closed).
+(x) the proxy's throughput: a sink process reading 1 GiB from a source process on loopback,
+through a CONNECT tunnel of the egress proxy (its own thread, as in the server) and directly,
+alternating, best of `--transfer-runs` each; (x') for comparison, through the fastest relay
+this process can run (blocking splice in a thread). On two cores three processes then share
+them, which bounds every relay near half the direct rate.
+Targets: (b) at most 2 ms above (s) at the median; (t) at least 100 MB/s; (x) through the proxy
+at least half the direct rate.
 
-Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--strict]
+Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--transfer-runs N]
+                     [--strict]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,6 +57,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.client import CallgateClient
 from callgate.client.models import ToolCall
+from callgate.server.net.addresses import Endpoint
+from callgate.server.net.egress import Allowance, EgressCall, EgressProxy, EgressSettings
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
 from callgate.server.sandbox.probe import detect_sandbox
@@ -60,6 +76,45 @@ CALL_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 5.0
 TARGET_OVERHEAD_MS: Final = 2.0
 TARGET_STREAM_MBPS: Final = 100.0
+TARGET_PROXY_SHARE: Final = 0.5
+TRANSFER_BYTES: Final = 1 << 30
+F_SETPIPE_SZ: Final = 1031
+# A source of TRANSFER_BYTES per connection, and a sink that reads them (through a CONNECT
+# tunnel when given a target) and prints MB/s: separate processes, as a command and a host are.
+SOURCE_PROGRAM: Final = r"""
+import socket, sys, threading
+size = int(sys.argv[1])
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+def send(conn):
+    chunk, left = b"x" * (1 << 20), size
+    with conn:
+        while left > 0:
+            conn.sendall(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=send, args=(conn,), daemon=True).start()
+"""
+SINK_PROGRAM: Final = r"""
+import socket, sys, time
+port, size, tunnel = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+conn = socket.create_connection(("127.0.0.1", port))
+if tunnel != "-":
+    conn.sendall(f"CONNECT {tunnel} HTTP/1.1\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += conn.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+buffer, got, start = bytearray(1 << 20), 0, time.perf_counter()
+while got < size:
+    count = conn.recv_into(buffer)
+    if not count:
+        break
+    got += count
+assert got == size, got
+print(got / (time.perf_counter() - start) / 1e6)
+"""
 DENIED_PROGRAMS: Final = frozenset({"rm", "curl", "python3"})
 
 
@@ -340,6 +395,143 @@ async def measure_confinement(root: Path, bwrap: str, iterations: int, warmup: i
     return result
 
 
+@dataclass
+class Network:
+    shared: Series
+    own: Series
+    no_network: Series
+    one_host: Series
+    direct: list[float]
+    proxied: list[float]
+    ceiling: list[float] = field(default_factory=list)
+
+
+async def measure_network(
+    root: Path, bwrap: str, iterations: int, warmup: int, transfers: int
+) -> Network:
+    """(n0)/(s4), (p0)/(p1) and (x): see the module docstring."""
+    result = Network(
+        Series("(n0) (s) sharing the host's network (no --unshare-net)"),
+        Series("(s4) (s) again: a network namespace of its own, alternating with (n0)"),
+        Series("(p0) the runner's `true`, no network"),
+        Series("(p1) the runner's `true` approved for one host (listener, proxy, close)"),
+        [],
+        [],
+    )
+    argv = bare_argv(root, bwrap)
+    shared = [a for a in argv if a != "--unshare-net"]
+    env = {"PATH": "/usr/bin:/bin"}
+    for index in range(warmup + iterations):
+        times = [time.perf_counter_ns()]
+        for one in (shared, argv):
+            await asyncio.wait_for(spawn_bare(one, env), CALL_TIMEOUT)
+            times.append(time.perf_counter_ns())
+        if index >= warmup:
+            result.shared.samples_ns.append(times[1] - times[0])
+            result.own.samples_ns.append(times[2] - times[1])
+    proxy = EgressProxy(EgressSettings.build(["127.0.0.0/8"]))
+    limiter = CommandLimiter(CommandLimits())
+    runner = BwrapRunner(
+        bwrap, seccomp=build_program(), limiter=limiter, egress=proxy, record=lambda _: None
+    )
+    spec = bare_spec(root)
+    call = EgressCall("bench", "bench", (Allowance(Endpoint.parse("127.0.0.1:9"), "bench"),))
+    with_host = replace(spec, egress=call)
+    try:
+        for index in range(warmup + iterations):
+            times = [time.perf_counter_ns()]
+            for each in (spec, with_host):
+                await asyncio.wait_for(run_with_runner(runner, each), CALL_TIMEOUT)
+                times.append(time.perf_counter_ns())
+            if index >= warmup:
+                result.no_network.samples_ns.append(times[1] - times[0])
+                result.one_host.samples_ns.append(times[2] - times[1])
+        result.direct, result.proxied, result.ceiling = await measure_transfer(proxy, transfers)
+    finally:
+        limiter.close()
+        proxy.stop()
+    return result
+
+
+def blocking_relay(port: int) -> int:
+    """(x'): the fastest relay this process can be, for comparison: a thread per connection
+    answering any CONNECT with 200 and splicing the source's stream to the client with
+    blocking splice(2) calls (no event loop, no checks). Returns its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def pump(client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", port)) as upstream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(1)
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            read_end, write_end = os.pipe()
+            fcntl.fcntl(write_end, F_SETPIPE_SZ, 1 << 20)
+            try:
+                while moved := os.splice(upstream.fileno(), write_end, 1 << 20):
+                    while moved:
+                        moved -= os.splice(read_end, client.fileno(), moved)
+            finally:
+                os.close(read_end)
+                os.close(write_end)
+
+    def accept() -> None:
+        while True:
+            client, _ = server.accept()
+            threading.Thread(target=pump, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return int(server.getsockname()[1])
+
+
+async def measure_transfer(
+    proxy: EgressProxy, runs: int
+) -> tuple[list[float], list[float], list[float]]:
+    """(x): MB/s of each direct, proxied and (x') blocking-relay transfer, alternating."""
+    source = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SOURCE_PROGRAM, str(TRANSFER_BYTES), stdout=subprocess.PIPE
+    )
+    assert source.stdout is not None
+    port = int(await source.stdout.readline())
+    target = f"127.0.0.1:{port}"
+    call = EgressCall("bench", "bench", (Allowance(Endpoint.parse(target), "bench"),))
+
+    async def sink(to_port: int, tunnel: str) -> float:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            SINK_PROGRAM,
+            str(to_port),
+            str(TRANSFER_BYTES),
+            tunnel,
+            stdout=subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(process.communicate(), CALL_TIMEOUT)
+        if process.returncode != 0:
+            raise BenchmarkError("a transfer did not complete")
+        return float(out)
+
+    direct: list[float] = []
+    proxied: list[float] = []
+    ceiling: list[float] = []
+    floor = blocking_relay(port)
+    try:
+        for _ in range(runs):
+            direct.append(await sink(port, "-"))
+            ceiling.append(await sink(floor, target))
+            # Each transfer is a call of its own, with its own byte budget.
+            listener = socket.create_server(("127.0.0.1", 0))
+            handle = await proxy.open(listener, call, lambda _: None)
+            try:
+                proxied.append(await sink(listener.getsockname()[1], target))
+            finally:
+                await proxy.close(handle)
+    finally:
+        source.kill()
+        await source.wait()
+    return direct, proxied, ceiling
+
+
 async def measure_stream(target: str, token: str, runs: int) -> list[float]:
     """MB/s (10^6 bytes per second) of each streaming run, Invoke to finished call."""
     rates: list[float] = []
@@ -384,13 +576,27 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         bare, e2e, with_lifeline, with_seccomp, with_runner, plain, plain_again = series
         rates = await measure_stream(target, token, args.stream_runs)
     confinement = await measure_confinement(root, status.bwrap_path, args.iterations, args.warmup)
+    network = await measure_network(
+        root, status.bwrap_path, args.iterations, args.warmup, args.transfer_runs
+    )
     overhead = e2e.p50_ms() - bare.p50_ms()
     best = max(rates)
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
     print("| case | p50 ms | p99 ms |")
     print("|---|---:|---:|")
     confined = (confinement.plain, confinement.read_only, confinement.masked)
-    for one in (bare, e2e, plain, with_lifeline, with_seccomp, plain_again, with_runner, *confined):
+    networked = (network.shared, network.own, network.no_network, network.one_host)
+    for one in (
+        bare,
+        e2e,
+        plain,
+        with_lifeline,
+        with_seccomp,
+        plain_again,
+        with_runner,
+        *confined,
+        *networked,
+    ):
         print(f"| {one.label} | {one.p50_ms():.2f} | {one.p99_ms():.2f} |")
     print()
     print("| measure | value | target | result |")
@@ -435,7 +641,34 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         f"| (t) InvokeStream `{STREAM_COMMAND}` (best of {len(rates)}: {runs}) "
         f"| {best:.0f} MB/s | ≥ {TARGET_STREAM_MBPS:g} MB/s | {verdict(stream_ok)} |"
     )
-    return overhead_ok and stream_ok
+    namespace_ms = network.own.p50_ms() - network.shared.p50_ms()
+    print(
+        f"| a network namespace of its own for every command, (s4) minus (n0) at p50 "
+        f"| {namespace_ms:+.2f} ms | — | — |"
+    )
+    host_ms = network.one_host.p50_ms() - network.no_network.p50_ms()
+    print(
+        f"| a command approved for one host against none (its proxy), (p1) minus (p0) at p50 "
+        f"| {host_ms:+.2f} ms | — | — |"
+    )
+    direct, proxied = max(network.direct), max(network.proxied)
+    share = proxied / direct
+    share_ok = share >= TARGET_PROXY_SHARE
+    runs_direct = ", ".join(f"{rate:.0f}" for rate in network.direct)
+    runs_proxied = ", ".join(f"{rate:.0f}" for rate in network.proxied)
+    print(
+        f"| (x) 1 GiB on loopback through the proxy ({runs_proxied}) against direct "
+        f"({runs_direct}), best of {len(network.direct)} "
+        f"| {proxied:.0f} / {direct:.0f} MB/s = {share:.2f} | ≥ {TARGET_PROXY_SHARE:g} "
+        f"| {verdict(share_ok)} |"
+    )
+    runs_ceiling = ", ".join(f"{rate:.0f}" for rate in network.ceiling)
+    print(
+        f"| (x') diagnostic: the same through a blocking splice relay in a thread, no loop, "
+        f"no checks ({runs_ceiling}) | {max(network.ceiling):.0f} MB/s "
+        f"= {max(network.ceiling) / direct:.2f} | — | — |"
+    )
+    return overhead_ok and stream_ok and share_ok
 
 
 def positive(text: str) -> int:
@@ -450,6 +683,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=positive, default=200, help="latency samples")
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured latency samples")
     parser.add_argument("--stream-runs", type=positive, default=3, help="streaming runs")
+    parser.add_argument(
+        "--transfer-runs", type=positive, default=5, help="proxy throughput runs (each way)"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     # Not under /tmp: the sandbox replaces /tmp, and the workspace is bound back into it

@@ -725,7 +725,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one flat table of s
     rules_add.add_argument(
         "--match",
         required=True,
-        help="exact path | tree:<root> | tcp://host:port | exact command | Bash(<words>:*)",
+        help="exact path | tree:<root> | Network(host:port) | exact command | Bash(<words>:*)",
     )
     rules_add.add_argument(
         "--scope", required=True, help="session:<id> or workspace:<absolute root>"

@@ -54,13 +54,14 @@ from .addresses import (
     dialled,
 )
 from .client_hello import ACCESS_DENIED_ALERT, MAX_HELLO_BYTES, Verdict, read_hello
+from .relay import READ_BYTES, Peer, TooLong, relay
 
 log = logging.getLogger(__name__)
 
 # A request's head (request line and headers), and a response's head, at most.
 HEAD_LIMIT_BYTES = 64 << 10
-# One read of a relayed stream.
-RELAY_CHUNK_BYTES = 256 << 10
+# After a failed accept (out of file descriptors, say), before the next.
+ACCEPT_RETRY_SECONDS = 0.05
 HEAD_SECONDS = 30.0
 RESOLVE_SECONDS = 10.0
 # The most addresses of one host tried in turn.
@@ -233,8 +234,9 @@ class _Grant:
 
     call: EgressCall
     deliver: Callable[[ConnectionRecord], None]
-    server: asyncio.AbstractServer | None = None
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    listener: socket.socket | None = None
+    acceptor: asyncio.Future[None] | None = None
+    tasks: set[asyncio.Future[None]] = field(default_factory=set)
     connections: int = 0
     up: int = 0
     down: int = 0
@@ -356,51 +358,55 @@ class EgressProxy:
 
     async def _serve(self, listener: socket.socket, grant: _Grant) -> None:
         listener.setblocking(False)
-        grant.server = await asyncio.start_server(
-            lambda reader, writer: self._accepted(grant, reader, writer),
-            sock=listener,
-            limit=HEAD_LIMIT_BYTES,
-        )
+        grant.listener = listener
+        grant.acceptor = asyncio.ensure_future(self._accept(listener, grant))
+
+    async def _accept(self, listener: socket.socket, grant: _Grant) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not grant.closed:
+                try:
+                    sock, _ = await loop.sock_accept(listener)
+                except OSError:
+                    await asyncio.sleep(ACCEPT_RETRY_SECONDS)  # EMFILE and such: not a spin
+                    continue
+                task = asyncio.ensure_future(self._accepted(grant, Peer(sock)))
+                grant.tasks.add(task)
+                task.add_done_callback(grant.tasks.discard)
+        finally:
+            listener.close()
 
     async def _close(self, grant: _Grant) -> EgressReport:
         grant.closed = True
-        if grant.server is not None:
-            grant.server.close()
-        tasks = list(grant.tasks)
+        tasks = [*grant.tasks, *([grant.acceptor] if grant.acceptor is not None else [])]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
+        if grant.listener is not None:
+            grant.listener.close()
         return grant.report()
 
-    async def _accepted(
-        self, grant: _Grant, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        grant.tasks.add(task)
+    async def _accepted(self, grant: _Grant, client: Peer) -> None:
         connection = _Connection()
-        upstream: asyncio.StreamWriter | None = None
+        upstream: Peer | None = None
         try:
-            if grant.closed:
-                return
-            upstream = await self._handle(grant, connection, reader, writer)
+            upstream = await self._handle(grant, connection, client)
         except _Refused as refused:
             connection.refusal, connection.message = refused.code, refused.message
-            if await _answer(writer, refused, connection.endpoint):
-                await _linger(reader)
+            if await _answer(client, refused, connection.endpoint):
+                await _linger(client)
         except asyncio.CancelledError:
             if not connection.refusal and connection.allowed:
                 connection.message = "ended with the command"
-        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+        except (ConnectionError, OSError, EOFError):
             pass  # a peer went away: the record says what was moved
         except Exception:
             log.exception("the egress proxy failed on a connection")
         finally:
-            grant.tasks.discard(task)
-            for stream in (writer, upstream):
-                if stream is not None:
-                    stream.close()
+            client.close()
+            if upstream is not None:
+                upstream.close()
             self._record(grant, connection)
 
     def _record(self, grant: _Grant, connection: _Connection) -> None:
@@ -426,19 +432,16 @@ class EgressProxy:
             )
         )
 
-    async def _handle(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> asyncio.StreamWriter | None:
+    async def _handle(self, grant: _Grant, connection: _Connection, client: Peer) -> Peer | None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
-        except asyncio.LimitOverrunError:
+            async with asyncio.timeout(HEAD_SECONDS):
+                head = await client.read_until(b"\r\n\r\n", HEAD_LIMIT_BYTES)
+        except TooLong:
             raise _Refused(400, "bad_request", "the request head is too large") from None
-        except (TimeoutError, asyncio.IncompleteReadError):
+        except TimeoutError:
             return None  # no request came: nothing to answer or record
+        if head is None:
+            return None
         method, target, headers = _parse_request(head)
         connection.method = method
         framing = ("none", 0)
@@ -449,7 +452,7 @@ class EgressProxy:
             url, endpoint = _forward_endpoint(target)
             framing = _body_framing(headers)
         connection.endpoint = endpoint
-        allowance = self._admit(grant, connection, endpoint)
+        allowance = self._admit(grant, endpoint)
         connection.rule = allowance.origin
         if url is not None:
             limit = next((m for p, m in self.settings.methods if p.covers(endpoint)), None)
@@ -461,24 +464,16 @@ class EgressProxy:
                     f"({', '.join(sorted(limit))})",
                 )
         addresses = await self._resolve(endpoint)
-        upstream_reader, upstream, address = await self._connect(addresses, endpoint)
+        upstream, address = await self._connect(addresses, endpoint)
         connection.address = str(address)
         connection.allowed = True
         try:
             if url is None:
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-                await self._tunnel(grant, connection, reader, writer, upstream_reader, upstream)
+                await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await self._tunnel(grant, connection, client, upstream)
             else:
                 await self._forward(
-                    grant,
-                    connection,
-                    url,
-                    method,
-                    (headers, framing),
-                    (reader, writer),
-                    upstream_reader,
-                    upstream,
+                    grant, connection, (url, method, headers, framing), client, upstream
                 )
         except _Refused as refused:
             connection.refusal, connection.message = refused.code, refused.message
@@ -489,7 +484,7 @@ class EgressProxy:
             raise
         return upstream
 
-    def _admit(self, grant: _Grant, connection: _Connection, endpoint: Endpoint) -> Allowance:
+    def _admit(self, grant: _Grant, endpoint: Endpoint) -> Allowance:
         grant.connections += 1
         if grant.connections > self.settings.max_connections:
             raise _Refused(
@@ -532,22 +527,25 @@ class EgressProxy:
 
     async def _connect(
         self, addresses: list[IPAddress], endpoint: Endpoint
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, IPAddress]:
+    ) -> tuple[Peer, IPAddress]:
         """Connect to the first of the checked addresses that answers (in the resolver's
         order: an unreachable IPv6 address does not fail a host that has IPv4 too)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.connect_seconds
         for address in addresses:
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setblocking(False)
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(str(address), endpoint.port, limit=HEAD_LIMIT_BYTES),
-                    max(deadline - loop.time(), 0.001),
-                )
+                async with asyncio.timeout(max(deadline - loop.time(), 0.001)):
+                    await loop.sock_connect(sock, (str(address), endpoint.port))
             except TimeoutError:
+                sock.close()
                 raise _Refused(504, "timed_out", "the connection timed out") from None
             except OSError:
+                sock.close()
                 continue
-            return reader, writer, address
+            return Peer(sock), address
         raise _Refused(502, "connect_failed", "could not connect")
 
     def _charge(self, grant: _Grant, connection: _Connection, up: int, down: int) -> None:
@@ -564,105 +562,45 @@ class EgressProxy:
             )
             raise _Refused(0, "byte_limit", grant.exhausted)
 
+    def _charger(self, grant: _Grant, connection: _Connection, *, up: bool) -> Any:
+        if up:
+            return lambda n: self._charge(grant, connection, n, 0)
+        return lambda n: self._charge(grant, connection, 0, n)
+
     async def _tunnel(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        upstream_reader: asyncio.StreamReader,
-        upstream: asyncio.StreamWriter,
+        self, grant: _Grant, connection: _Connection, client: Peer, upstream: Peer
     ) -> None:
         """Relay both ways; the client's first bytes are held until they show whether they are
         TLS, and if they are, that its server name is the tunnel's host."""
         assert connection.endpoint is not None
+        endpoint = connection.endpoint
 
         async def outward() -> None:
-            assert connection.endpoint is not None
             try:
-                first = await self._first_bytes(reader, connection.endpoint)
+                await _check_first_bytes(client, endpoint)
             except _Refused:
-                writer.write(ACCESS_DENIED_ALERT)
-                with contextlib.suppress(ConnectionError):
-                    await writer.drain()
+                with contextlib.suppress(ConnectionError, OSError):
+                    await client.send(ACCESS_DENIED_ALERT)
                 raise
-            if first:
-                self._charge(grant, connection, len(first), 0)
-                upstream.write(first)
-                await upstream.drain()
-            await self._pipe(grant, connection, reader, upstream, outward=True)
+            await relay(client, upstream, self._charger(grant, connection, up=True))
 
         async def inward() -> None:
-            await self._pipe(grant, connection, upstream_reader, writer, outward=False)
+            await relay(upstream, client, self._charger(grant, connection, up=False))
 
         await _both(outward(), inward())
-
-    async def _first_bytes(self, reader: asyncio.StreamReader, endpoint: Endpoint) -> bytes:
-        """The client's first bytes in a tunnel: returned when they are not TLS, or TLS naming
-        the tunnel's host (or no name); _Refused otherwise."""
-        data = b""
-        while True:
-            hello = read_hello(data)
-            if hello.verdict is not Verdict.INCOMPLETE:
-                break
-            chunk = await reader.read(min(hello.needed - len(data), MAX_HELLO_BYTES))
-            if not chunk:
-                return data  # the client closed first: nothing was sent to check
-            data += chunk
-        if hello.verdict is Verdict.NOT_TLS:
-            return data
-        reason = ""
-        if hello.verdict is Verdict.MALFORMED:
-            reason = "its TLS ClientHello could not be read"
-        elif hello.server_name is not None:
-            try:
-                named = Endpoint.parse(f"{hello.server_name}:{endpoint.port}")
-            except ValueError:
-                named = None
-            if named is None or named.host != endpoint.host:
-                reason = "its TLS server name is another host than the one the tunnel was opened to"
-        if not reason:
-            return data
-        raise _Refused(0, "server_name", reason)
-
-    async def _pipe(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        source: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
-        *,
-        outward: bool,
-    ) -> None:
-        while True:
-            data = await source.read(RELAY_CHUNK_BYTES)
-            if not data:
-                break
-            self._charge(
-                grant, connection, len(data) if outward else 0, 0 if outward else len(data)
-            )
-            sink.write(data)
-            await sink.drain()
-        if sink.can_write_eof():
-            with contextlib.suppress(OSError):
-                sink.write_eof()
 
     async def _forward(
         self,
         grant: _Grant,
         connection: _Connection,
-        url: Target,
-        method: str,
-        request: tuple[list[tuple[bytes, bytes]], tuple[str, int]],
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        upstream_reader: asyncio.StreamReader,
-        upstream: asyncio.StreamWriter,
+        request: tuple[Target, str, list[tuple[bytes, bytes]], tuple[str, int]],
+        client: Peer,
+        upstream: Peer,
     ) -> None:
         """Forward one request (its body framed as the client framed it) with `Connection:
         close`, and relay the response with `Connection: close`; nothing more is read from the
         client, so every request on the connection is one this proxy checked."""
-        reader, writer = client
-        headers, (framing, length) = request
+        url, method, headers, (framing, length) = request
         named = _connection_tokens(headers)
         lines = [f"{method} {url.target} HTTP/1.1".encode(), b"Host: " + url.host_header.encode()]
         lines += [
@@ -677,83 +615,33 @@ class EgressProxy:
         lines.append(b"Connection: close")
         head = b"\r\n".join(lines) + b"\r\n\r\n"
         self._charge(grant, connection, len(head), 0)
-        upstream.write(head)
+        await upstream.send(head)
+        up = self._charger(grant, connection, up=True)
 
         async def body() -> None:
             try:
                 if framing == "length":
-                    await self._copy_exactly(grant, connection, reader, upstream, length)
+                    await relay(client, upstream, up, limit=length)
                 elif framing == "chunked":
-                    await self._copy_chunked(grant, connection, reader, upstream)
-                await upstream.drain()
+                    await _copy_chunked(client, upstream, up)
             except (ConnectionError, OSError):
                 pass  # the host stopped reading (it may have answered already): its answer counts
 
         async def response() -> None:
-            await self._relay_response(grant, connection, upstream_reader, writer)
+            await self._relay_response(grant, connection, upstream, client)
 
         await _both(body(), response(), second_ends=True)
 
-    async def _copy_exactly(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        reader: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
-        length: int,
-    ) -> None:
-        while length > 0:
-            data = await reader.read(min(length, RELAY_CHUNK_BYTES))
-            if not data:
-                raise asyncio.IncompleteReadError(b"", length)
-            length -= len(data)
-            self._charge(grant, connection, len(data), 0)
-            sink.write(data)
-            await sink.drain()
-
-    async def _copy_chunked(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        reader: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
-    ) -> None:
-        while True:
-            line = await reader.readuntil(b"\r\n")
-            size_text = line[:-2].split(b";", 1)[0].strip()
-            if not size_text or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
-                raise _Refused(0, "bad_request", "the request's chunked body is malformed")
-            size = int(size_text, 16)
-            self._charge(grant, connection, len(line), 0)
-            sink.write(line)
-            if size == 0:
-                break
-            await self._copy_exactly(grant, connection, reader, sink, size)
-            crlf = await reader.readexactly(2)
-            if crlf != b"\r\n":
-                raise _Refused(0, "bad_request", "the request's chunked body is malformed")
-            sink.write(crlf)
-        while True:  # trailers, up to the empty line
-            line = await reader.readuntil(b"\r\n")
-            self._charge(grant, connection, len(line), 0)
-            sink.write(line)
-            if line == b"\r\n":
-                return
-
     async def _relay_response(
-        self,
-        grant: _Grant,
-        connection: _Connection,
-        upstream_reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, grant: _Grant, connection: _Connection, upstream: Peer, client: Peer
     ) -> None:
         while True:
             try:
-                head = await upstream_reader.readuntil(b"\r\n\r\n")
-            except asyncio.LimitOverrunError:
+                head = await upstream.read_until(b"\r\n\r\n", HEAD_LIMIT_BYTES)
+            except TooLong:
                 raise _Refused(502, "bad_response", "the response head is too large") from None
-            except asyncio.IncompleteReadError:
-                raise _Refused(502, "bad_response", "the host closed without a response") from None
+            if head is None:
+                raise _Refused(502, "bad_response", "the host closed without a response")
             status_line, _, rest = head.partition(b"\r\n")
             parts = status_line.split(b" ", 2)
             if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
@@ -761,7 +649,7 @@ class EgressProxy:
             status = int(parts[1])
             if 100 <= status < 200 and status != 101:
                 self._charge(grant, connection, 0, len(head))
-                writer.write(head)
+                await client.send(head)
                 continue
             kept = [
                 line
@@ -770,10 +658,67 @@ class EgressProxy:
             ]
             rewritten = b"\r\n".join([status_line, *kept, b"Connection: close"]) + b"\r\n\r\n"
             self._charge(grant, connection, 0, len(rewritten))
-            writer.write(rewritten)
-            await writer.drain()
+            await client.send(rewritten)
             break
-        await self._pipe(grant, connection, upstream_reader, writer, outward=False)
+        await relay(upstream, client, self._charger(grant, connection, up=False))
+
+
+async def _check_first_bytes(client: Peer, endpoint: Endpoint) -> None:
+    """Look at the client's first bytes in a tunnel (left buffered for the relay): they pass
+    when they are not TLS, or TLS naming the tunnel's host (or no name); _Refused otherwise."""
+    while True:
+        hello = read_hello(bytes(client.buffer))
+        if hello.verdict is not Verdict.INCOMPLETE:
+            break
+        if hello.needed > MAX_HELLO_BYTES:
+            raise _Refused(0, "server_name", "its TLS ClientHello is too large to check")
+        if not await client._fill():
+            return  # the client closed first: nothing was sent to check
+    if hello.verdict is Verdict.NOT_TLS:
+        return
+    if hello.verdict is Verdict.MALFORMED:
+        raise _Refused(0, "server_name", "its TLS ClientHello could not be read")
+    if hello.server_name is None:
+        return
+    try:
+        named = Endpoint.parse(f"{hello.server_name}:{endpoint.port}")
+    except ValueError:
+        named = None
+    if named is None or named.host != endpoint.host:
+        raise _Refused(
+            0,
+            "server_name",
+            "its TLS server name is another host than the one the tunnel was opened to",
+        )
+
+
+async def _copy_chunked(client: Peer, upstream: Peer, charge: Any) -> None:
+    """Forward a chunked request body as it is framed (sizes, data, trailers), no further."""
+    while True:
+        line = await client.read_until(b"\r\n", HEAD_LIMIT_BYTES)
+        if line is None:
+            raise EOFError
+        size_text = line[:-2].split(b";", 1)[0].strip()
+        if not size_text or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+            raise _Refused(0, "bad_request", "the request's chunked body is malformed")
+        size = int(size_text, 16)
+        charge(len(line))
+        await upstream.send(line)
+        if size == 0:
+            break
+        await relay(client, upstream, charge, limit=size)
+        crlf = await client.read_exactly(2)
+        if crlf != b"\r\n":
+            raise _Refused(0, "bad_request", "the request's chunked body is malformed")
+        await upstream.send(crlf)
+    while True:  # trailers, up to the empty line
+        line = await client.read_until(b"\r\n", HEAD_LIMIT_BYTES)
+        if line is None:
+            raise EOFError
+        charge(len(line))
+        await upstream.send(line)
+        if line == b"\r\n":
+            return
 
 
 async def _both(first: Any, second: Any, *, second_ends: bool = False) -> None:
@@ -794,19 +739,17 @@ async def _both(first: Any, second: Any, *, second_ends: bool = False) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _linger(reader: asyncio.StreamReader) -> None:
+async def _linger(client: Peer) -> None:
     """Read and drop what the client still sends, for a moment, before closing: closing a
     socket with unread bytes resets the connection, and the client would lose the answer."""
     with contextlib.suppress(TimeoutError, ConnectionError, OSError):
         async with asyncio.timeout(LINGER_SECONDS):
             dropped = 0
-            while dropped < HEAD_LIMIT_BYTES and (chunk := await reader.read(RELAY_CHUNK_BYTES)):
+            while dropped < HEAD_LIMIT_BYTES and (chunk := await client.read_some(READ_BYTES)):
                 dropped += len(chunk)
 
 
-async def _answer(
-    writer: asyncio.StreamWriter, refused: _Refused, endpoint: Endpoint | None
-) -> bool:
+async def _answer(client: Peer, refused: _Refused, endpoint: Endpoint | None) -> bool:
     """The HTTP answer to a refused request (none once a tunnel or response has begun), the
     writing side then shut; True when one was sent."""
     if refused.status == 0:
@@ -821,10 +764,8 @@ async def _answer(
         "Connection: close\r\n\r\n"
     ).encode()
     with contextlib.suppress(ConnectionError, OSError):
-        writer.write(head + body)
-        await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
+        await client.send(head + body)
+        client.shut_write()
         return True
     return False
 
