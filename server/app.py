@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import ipaddress
 import logging
 import os
 import pwd
+import resource
 import shutil
 import signal
 import socket
@@ -156,6 +158,28 @@ def build_limiter(config: ServerConfig, state_dir: Path | None = None) -> Comman
         )
     except RuntimeError as exc:
         raise ConfigError(f"command_limits.mechanism: {exc}") from None
+
+
+# Descriptors the server needs besides its proxy's connections (clients, journal, commands).
+OPEN_FILES_RESERVE = 4096
+
+
+def _raise_open_files(wanted: int) -> None:
+    """Raise this process's soft limit on open files toward `wanted` (never above the hard
+    limit): a soft limit of 1024, common for services, would fail the proxy's connections and
+    then everything else with EMFILE long before any of its own limits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def build_egress(config: ServerConfig) -> EgressProxy:
+    """The egress proxy, with room in this process's open-file limit for its connections."""
+    proxy = EgressProxy(egress_settings(config))
+    _raise_open_files(2 * proxy.settings.max_open_total + OPEN_FILES_RESERVE)
+    return proxy
 
 
 def egress_settings(config: ServerConfig) -> EgressSettings:
@@ -452,7 +476,7 @@ class App:
         rg = shutil.which("rg") if config.tools.ripgrep else None
         self.limiter = build_limiter(config, self.state_dir)
         # The sandboxes' only way out (net/egress.py): its own thread, started at first use.
-        self.egress = EgressProxy(egress_settings(config))
+        self.egress = build_egress(config)
         self.runner = build_runner(self.sandbox, self.limiter, self.egress, self._connection)
         self.command_settings = command_settings(config, os.environ)
         # The audit journal; opened (and the previous run's open calls abandoned) at start.

@@ -248,7 +248,7 @@ class FetchConfig(BaseModel):
         return _cidrs(value)
 
 
-_METHOD = re.compile(r"\A[A-Z][A-Z-]{0,31}\Z")
+_METHOD = re.compile(r"\A[A-Za-z][A-Za-z-]{0,31}\Z")
 
 
 class NetworkConfig(BaseModel):

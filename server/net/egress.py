@@ -21,9 +21,11 @@ Per-host method limits apply to forwarded requests (a tunnel's methods are insid
 Every refusal is answered at once (HTTP 403, 400, 502 or 504 naming the host and the reason;
 a TLS alert inside a tunnel), and every connection, allowed or refused, is reported by
 `ConnectionRecord` to the server, which journals it. A call makes at most
-`max_connections` connections and moves at most `max_bytes` each way; past either, connections
-are refused or cut, with that reason. Memory per connection is bounded by the stream buffers
-(HEAD_LIMIT_BYTES each side) whatever the peers do.
+`max_connections` connections (and holds at most that many open) and moves at most `max_bytes`
+each way; past either, connections are refused or cut, with that reason; the proxy as a whole
+holds at most `max_open_total` open (each is two of the server's file descriptors). Memory per
+connection is bounded whatever the peers do: what is parsed (HEAD_LIMIT_BYTES, a ClientHello)
+is buffered, everything else goes through a pipe (`relay.py`).
 
 The proxy runs in a thread of its own with its own asyncio loop, started at its first use, so
 neither a busy transfer nor a slow peer takes time from the server's event loop; the server
@@ -69,6 +71,7 @@ MAX_ADDRESSES = 8
 DEFAULT_CONNECT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_MAX_BYTES = 4 << 30
+DEFAULT_MAX_OPEN_TOTAL = 2048
 # How long a refused client's further bytes are read and dropped before its socket is closed.
 LINGER_SECONDS = 1.0
 # How long closing a call's proxy waits for its connections to end once cancelled.
@@ -117,6 +120,8 @@ class EgressSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_bytes: int = DEFAULT_MAX_BYTES
     connect_seconds: float = DEFAULT_CONNECT_SECONDS
+    # Connections open at once across every call (each holds two sockets of the server).
+    max_open_total: int = DEFAULT_MAX_OPEN_TOTAL
 
     @classmethod
     def build(
@@ -212,7 +217,13 @@ class _Refused(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-_REASONS = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 504: "Gateway Timeout"}
+_REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 @dataclass(slots=True)
@@ -279,6 +290,8 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
+        # Connections open now, across every call (proxy thread only).
+        self._open = 0
 
     # The server's side (its event loop) ---------------------------------------------------
 
@@ -370,11 +383,69 @@ class EgressProxy:
                 except OSError:
                     await asyncio.sleep(ACCEPT_RETRY_SECONDS)  # EMFILE and such: not a spin
                     continue
+                grant.connections += 1
+                refusal = self._over_capacity(grant)
+                if refusal is not None:
+                    # Bounded: each counts toward the call's connections, and past them the
+                    # listener is closed (the kernel refuses what comes later, at no cost).
+                    away = asyncio.ensure_future(self._turn_away(grant, Peer(sock), refusal))
+                    grant.tasks.add(away)
+                    away.add_done_callback(grant.tasks.discard)
+                    if refusal.code == "connection_limit":
+                        return
+                    continue
                 task = asyncio.ensure_future(self._accepted(grant, Peer(sock)))
                 grant.tasks.add(task)
-                task.add_done_callback(grant.tasks.discard)
+                self._open += 1
+                task.add_done_callback(lambda done: self._ended(grant, done))
         finally:
             listener.close()
+
+    def _over_capacity(self, grant: _Grant) -> _Refused | None:
+        """A connection past what one call may make, or past what the proxy as a whole holds
+        open: refused at accept, before it costs more than its socket. Past the call's limit
+        the listener is closed, so that a command connecting in a loop costs the server
+        nothing more."""
+        if grant.connections > self.settings.max_connections:
+            return _Refused(
+                403,
+                "connection_limit",
+                f"the command made {self.settings.max_connections} connections, the most one "
+                "call may; later ones are refused",
+            )
+        if self._open >= self.settings.max_open_total:
+            return _Refused(503, "proxy_busy", "the proxy holds as many connections as it may")
+        return None
+
+    @staticmethod
+    async def _turn_away(grant: _Grant, client: Peer, refused: _Refused) -> None:
+        """Answer a connection refused at accept, read nothing of it but what lingers."""
+        grant.refuse("(new connections)", refused.message)
+        grant.deliver(
+            ConnectionRecord(
+                session_id=grant.call.session_id,
+                execution_id=grant.call.execution_id,
+                method="",
+                host="",
+                port=0,
+                allowed=False,
+                rule="",
+                refusal=refused.code,
+                message=refused.message,
+                address="",
+                bytes_up=0,
+                bytes_down=0,
+            )
+        )
+        try:
+            if await _answer(client, refused, None):
+                await _linger(client)
+        finally:
+            client.close()
+
+    def _ended(self, grant: _Grant, task: asyncio.Future[None]) -> None:
+        grant.tasks.discard(task)
+        self._open -= 1
 
     async def _close(self, grant: _Grant) -> EgressReport:
         grant.closed = True
@@ -485,14 +556,6 @@ class EgressProxy:
         return upstream
 
     def _admit(self, grant: _Grant, endpoint: Endpoint) -> Allowance:
-        grant.connections += 1
-        if grant.connections > self.settings.max_connections:
-            raise _Refused(
-                403,
-                "connection_limit",
-                f"the command already made {self.settings.max_connections} connections, "
-                "the most one call may make",
-            )
         if grant.exhausted:
             raise _Refused(403, "byte_limit", grant.exhausted)
         allowance = next((a for a in grant.call.allowances if a.endpoint.covers(endpoint)), None)
@@ -578,9 +641,14 @@ class EgressProxy:
         async def outward() -> None:
             try:
                 await _check_first_bytes(client, endpoint)
-            except _Refused:
+            except _Refused as refused:
+                # Recorded now: the call may end while the client is still being answered.
+                connection.refusal, connection.message = refused.code, refused.message
+                connection.allowed = False
                 with contextlib.suppress(ConnectionError, OSError):
                     await client.send(ACCESS_DENIED_ALERT)
+                    client.shut_write()
+                    await _linger(client)
                 raise
             await relay(client, upstream, self._charger(grant, connection, up=True))
 
@@ -754,7 +822,15 @@ async def _answer(client: Peer, refused: _Refused, endpoint: Endpoint | None) ->
     writing side then shut; True when one was sent."""
     if refused.status == 0:
         return False
-    subject = str(endpoint) if endpoint is not None else "the request"
+    with contextlib.suppress(ConnectionError, OSError):
+        await client.send(_answer_bytes(refused, endpoint))
+        client.shut_write()
+        return True
+    return False
+
+
+def _answer_bytes(refused: _Refused, endpoint: Endpoint | None) -> bytes:
+    subject = str(endpoint) if endpoint is not None else "the connection"
     body = f"callgate refused {subject}: {refused.message}.\n".encode()
     head = (
         f"HTTP/1.1 {refused.status} {_REASONS[refused.status]}\r\n"
@@ -763,11 +839,7 @@ async def _answer(client: Peer, refused: _Refused, endpoint: Endpoint | None) ->
         f"X-Callgate-Refusal: {refused.code}\r\n"
         "Connection: close\r\n\r\n"
     ).encode()
-    with contextlib.suppress(ConnectionError, OSError):
-        await client.send(head + body)
-        client.shut_write()
-        return True
-    return False
+    return head + body
 
 
 def _parse_request(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:

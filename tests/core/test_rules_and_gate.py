@@ -29,6 +29,7 @@ from callgate.server.core.rules import (
     normalize_pattern,
     offered_candidates,
     pattern_covers,
+    shown_pattern,
 )
 
 # A workspace root that does not exist here, so normalize_pattern's realpath leaves it alone.
@@ -151,6 +152,13 @@ def test_network_patterns_match_host_exactly_and_port_or_any_port(
     """`Network(host:port)` (or `tcp://host:port`) is exact; `:*` widens only the port;
     `*.domain` covers hosts below the domain (never the domain itself, never an address)."""
     assert pattern_covers(NETWORK, pattern, match) is covered
+
+
+def test_a_stored_tcp_rule_reads_in_the_network_form() -> None:
+    """Rules saved before `Network(...)` keep working and are shown in the new form."""
+    assert shown_pattern(NETWORK, "tcp://Example.com:443") == "Network(example.com:443)"
+    assert shown_pattern(NETWORK, "tcp://broken") == "tcp://broken"
+    assert shown_pattern(COMMAND, "tcp://x:1") == "tcp://x:1"
 
 
 @pytest.mark.parametrize(

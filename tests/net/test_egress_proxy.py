@@ -45,6 +45,13 @@ class Peer:
     echo: bool = True
     received: list[bytes] = field(default_factory=list)
     accepted: int = 0
+    ended: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def wait_ended(self, count: int) -> list[bytes]:
+        """What the first `count` connections sent, once each has ended (bounded)."""
+        for _ in range(count):
+            assert self.ended.acquire(timeout=BOUND), "a connection to the peer did not end"
+        return self.received
 
 
 @contextmanager
@@ -72,6 +79,7 @@ def raw_peer(banner: bytes = b"", echo: bool = True) -> Iterator[Peer]:
                 if peer.echo:
                     conn.sendall(chunk)
         peer.received.append(bytes(data))
+        peer.ended.release()
 
     def accept() -> None:
         while not done.is_set():
@@ -137,8 +145,9 @@ def exchange(port: int, request: bytes, then: bytes = b"") -> bytes:
                 return bytes(data)
             data += chunk
             if not sent_then and b"\r\n\r\n" in data:
-                conn.sendall(then)
-                conn.shutdown(socket.SHUT_WR)
+                with contextlib.suppress(OSError):  # the proxy may have closed already
+                    conn.sendall(then)
+                    conn.shutdown(socket.SHUT_WR)
                 sent_then = True
 
 
@@ -162,7 +171,7 @@ async def test_connect_to_an_approved_endpoint_tunnels_and_is_recorded() -> None
             head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
             answer = await in_thread(exchange, p.port, head, b"ping")
         assert answer == b"HTTP/1.1 200 Connection established\r\n\r\nping"
-    assert peer.received == [b"ping"]
+    assert peer.wait_ended(1) == [b"ping"]
     assert p.report is not None
     assert (p.report.connections, p.report.refused) == (1, ())
     [record] = p.records
@@ -230,7 +239,7 @@ async def test_a_tunnel_whose_tls_names_another_host_is_refused_before_any_byte_
                 answer = await in_thread(exchange, p.port, head, client_hello(name))
                 assert answer.endswith(ACCESS_DENIED_ALERT)
         # The proxy connected (to answer 200 or 502 truthfully) but sent nothing on.
-        assert peer.received == [b"", b""]
+        assert peer.wait_ended(2) == [b"", b""]
     assert [r.refusal for r in p.records] == ["server_name", "server_name"]
     assert [r.allowed for r in p.records] == [False, False]
 
@@ -266,7 +275,7 @@ async def test_a_server_that_speaks_first_is_heard_through_a_tunnel() -> None:
 
             answer = await in_thread(talk)
     assert answer.endswith(b"SSH-2.0-test\r\n")
-    assert peer.received == [b"SSH-2.0-client\r\n"]
+    assert peer.wait_ended(1) == [b"SSH-2.0-client\r\n"]
 
 
 async def test_a_plain_http_request_is_forwarded_once_with_its_own_host() -> None:
@@ -361,13 +370,36 @@ async def test_past_the_connection_limit_connections_are_refused() -> None:
         async with proxied(f"127.0.0.1:{peer.port}", settings=settings) as p:
             head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
             answers = [await in_thread(exchange, p.port, head, b"x") for _ in range(3)]
+            # Past the limit the call's port is closed: a loop of connects costs nothing.
+            with pytest.raises(ConnectionRefusedError):
+                await in_thread(exchange, p.port, head)
         assert [a.split(b"\r\n")[0] for a in answers] == [
             b"HTTP/1.1 200 Connection established",
             b"HTTP/1.1 200 Connection established",
             b"HTTP/1.1 403 Forbidden",
         ]
         assert b"connection_limit" in answers[2]
+        assert b"the command made 2 connections" in answers[2]
         assert peer.accepted == 2
+    assert p.report is not None
+    assert p.report.refused == (
+        ("(new connections)", "the command made 2 connections, the most one call may; later "
+         "ones are refused"),
+    )  # fmt: skip
+    assert sorted(r.refusal for r in p.records) == ["", "", "connection_limit"]
+
+
+async def test_past_the_proxys_own_limit_new_connections_are_turned_away() -> None:
+    with raw_peer() as peer:
+        settings = EgressSettings.build(LOOPBACK, max_open_total=1)
+        async with proxied(f"127.0.0.1:{peer.port}", settings=settings) as p:
+            head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
+            with socket.create_connection(("127.0.0.1", p.port), timeout=BOUND) as held:
+                held.sendall(head)
+                assert held.recv(100).startswith(b"HTTP/1.1 200")
+                busy = await in_thread(exchange, p.port, head)
+            assert busy.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+            assert b"proxy_busy" in busy
 
 
 async def test_past_the_byte_limit_the_transfer_is_cut_and_later_connections_refused() -> None:

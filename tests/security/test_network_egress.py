@@ -13,10 +13,12 @@ import subprocess
 from pathlib import Path
 
 import anyio
+import grpc
 import pytest
 
+from callgate.v1 import approval_service_pb2, audit_service_pb2_grpc, tool_call_pb2
 from callgate.v1 import audit_service_pb2 as apb
-from callgate.v1 import audit_service_pb2_grpc, tool_call_pb2
+from tests.support.approvals import Watcher, approver, decide
 from tests.support.calls import invoke, open_session, prepare
 from tests.support.egress import counting_server, udp_sink
 from tests.support.sandbox import bwrap_only
@@ -25,6 +27,7 @@ from tests.support.server import Harness, serve
 pytestmark = [pytest.mark.anyio, *bwrap_only]
 
 BOUND = 60.0
+APPROVE_ONCE = approval_service_pb2.DECISION_KIND_APPROVE_ONCE
 LOOPBACK = {"allow_networks": ["127.0.0.0/8", "::1/128"]}
 RAW_TCP = (
     "import socket,sys\n"
@@ -235,3 +238,35 @@ async def test_a_background_process_reports_what_its_proxy_refused(tmp_path: Pat
     assert ended["status"] != "running"
     assert ended["network_refused"] == [f"127.0.0.1:{other.port}: not approved for this command"]
     assert other.accepted == 0
+
+
+async def test_a_host_a_human_approved_is_journaled_as_theirs(tmp_path: Path) -> None:
+    """Gated network (no rule): the call runs only after an approver decides, and each of its
+    connections names that approver; the agent's token cannot decide."""
+    with counting_server("approved") as approved:
+        target = f"127.0.0.1:{approved.port}"
+        command = f"curl -sS -m 5 http://{target}/"
+        async with serve(
+            tmp_path, sandbox="bwrap", network=LOOPBACK, rules=rules_for(command)
+        ) as harness:
+            stub = harness.stub()
+            session = await open_session(stub)
+            watcher = Watcher(approver(harness))
+            call = await prepare(
+                stub, session, "Bash", {"command": command, "access": {"network": [target]}},
+                evaluate=True,
+            )  # fmt: skip
+            assert call.state == tool_call_pb2.STATE_AWAITING_APPROVAL
+            pending = await watcher.approval(call.execution_id)
+            assert [(r.kind, r.match) for r in pending.unmet] == [("network", f"tcp://{target}")]
+            assert "through callgate's proxy; nothing else" in pending.unmet[0].description
+            with pytest.raises(grpc.aio.AioRpcError):
+                await decide(approver(harness, "agent"), pending.call, APPROVE_ONCE)
+            await decide(approver(harness), pending.call, APPROVE_ONCE)
+            watcher.cancel()
+            with anyio.fail_after(BOUND):
+                response = await invoke(stub, session, call.execution_id)
+            [record] = await connections(harness, call.execution_id, 1)
+    assert response.result.text.startswith("approved\n")
+    assert record["rule"] == "approved by approver"
+    assert record["allowed"] is True

@@ -173,6 +173,11 @@ async def execute(bash: Bash, raw: dict[str, object], ctx: ToolContext) -> ToolR
         ({"command": "true", "access": {"network": ["[zz]:80"]}}, "arguments.access.network[0]"),
         ({"command": "true", "access": {"network": ["a b:80"]}}, "arguments.access.network[0]"),
         ({"command": "true", "access": {"network": [":80"]}}, "arguments.access.network[0]"),
+        ({"command": "true", "access": {"network": ["*.org:443"]}}, "arguments.access.network[0]"),
+        ({"command": "true", "access": {"network": ["*:443"]}}, "arguments.access.network[0]"),
+        ({"command": "true", "access": {"network": ["*.1.2.3:80"]}}, "arguments.access.network[0]"),
+        ({"command": "true", "access": {"network": ["::1:80"]}}, "arguments.access.network[0]"),
+        ({"command": "true", "access": {"network": ["a..b:80"]}}, "arguments.access.network[0]"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_field(
@@ -230,6 +235,29 @@ def test_requirements_show_the_exact_command_and_every_declaration(
         str(workspace / "sub"),
         30.0,
     )
+
+
+def test_network_declarations_are_canonical_and_read_as_the_proxy_holds_them(
+    ctx: ToolContext,
+) -> None:
+    """Hosts are canonical (numeric IPv4 spellings, case, a trailing dot), a wildcard covers the
+    hosts below a domain, and the approver reads what the proxy will allow; unsandboxed, that
+    the command has the whole network."""
+    prepared = Bash(UnconfinedRunner()).prepare(
+        {
+            "command": "true",
+            "access": {
+                "network": ["2130706433:80", "Files.PythonHosted.org.:443", "*.Example.org:443"]
+            },
+        },
+        ctx,
+    )
+    assert [r.match for r in prepared.requirements[1:]] == [
+        "tcp://127.0.0.1:80",
+        "tcp://files.pythonhosted.org:443",
+        "tcp://*.example.org:443",
+    ]
+    assert "unsandboxed: the command has the whole network" in prepared.requirements[1].description
 
 
 def test_summary_is_one_short_line(ctx: ToolContext) -> None:
