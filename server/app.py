@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import ipaddress
@@ -62,7 +63,7 @@ from callgate.server.tools.registry import ToolRegistry
 from callgate.v1 import approval_service_pb2, audit_service_pb2, tool_service_pb2
 
 from .core.definitions import Service
-from .net.egress import ConnectionRecord, EgressProxy, EgressSettings
+from .net.egress import FDS_PER_CONNECTION, ConnectionRecord, EgressProxy, EgressSettings
 from .plugins import load_plugins
 from .sandbox import proctree
 from .tools.bash.background import SupervisedBash
@@ -164,22 +165,38 @@ def build_limiter(config: ServerConfig, state_dir: Path | None = None) -> Comman
 OPEN_FILES_RESERVE = 4096
 
 
-def _raise_open_files(wanted: int) -> None:
+def _raise_open_files(wanted: int) -> int:
     """Raise this process's soft limit on open files toward `wanted` (never above the hard
     limit): a soft limit of 1024, common for services, would fail the proxy's connections and
-    then everything else with EMFILE long before any of its own limits."""
+    then everything else with EMFILE long before any of its own limits. Returns the soft
+    limit now (`wanted` when it is unlimited)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
+    if soft < target:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return int(soft)
 
 
 def build_egress(config: ServerConfig) -> EgressProxy:
-    """The egress proxy, with room in this process's open-file limit for its connections."""
-    proxy = EgressProxy(egress_settings(config))
-    _raise_open_files(2 * proxy.settings.max_open_total + OPEN_FILES_RESERVE)
-    return proxy
+    """The egress proxy, with room in this process's open-file limit for its connections:
+    the limit is raised toward what they need, and where the hard limit is lower, the proxy
+    holds fewer at once (so that its connections never take the descriptors the rest of the
+    server needs)."""
+    settings = egress_settings(config)
+    wanted = FDS_PER_CONNECTION * settings.max_open_total + OPEN_FILES_RESERVE
+    soft = _raise_open_files(wanted)
+    room = (soft - OPEN_FILES_RESERVE) // FDS_PER_CONNECTION
+    if room < settings.max_open_total:
+        log.warning(
+            "the open-file limit bounds the egress proxy",
+            extra={"detail": f"{max(room, 16)} connections at once (raise RLIMIT_NOFILE)"},
+        )
+        settings = dataclasses.replace(settings, max_open_total=max(room, 16))
+    return EgressProxy(settings)
 
 
 def egress_settings(config: ServerConfig) -> EgressSettings:
@@ -191,6 +208,7 @@ def egress_settings(config: ServerConfig) -> EgressSettings:
         max_connections=network.max_connections_per_call,
         max_bytes=network.max_bytes_per_call,
         connect_seconds=network.connect_timeout_seconds,
+        session_share=config.limits.session_share,
     )
 
 

@@ -3,6 +3,10 @@ reads."""
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
+
 import pytest
 
 from callgate.server.app import egress_settings
@@ -61,3 +65,26 @@ def test_method_limits_become_the_proxys_patterns() -> None:
 def test_the_proxy_variables_cannot_be_passed_through(name: str) -> None:
     with pytest.raises(ConfigError, match="always set by the server"):
         load_config(None, {"bash": {"env_passthrough": [name]}}, environ={})
+
+
+def test_the_proxy_holds_no_more_connections_than_the_open_file_limit_allows() -> None:
+    """Each connection may hold six descriptors: where the hard limit cannot make room for
+    them beside the server's own, the proxy holds fewer at once."""
+    program = (
+        "from callgate.server.app import build_egress\n"
+        "from callgate.server.config import load_config\n"
+        "import resource\n"
+        "proxy = build_egress(load_config(None, {}, environ={}))\n"
+        "print(proxy.settings.max_open_total, resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 8192)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    held, soft = (int(x) for x in done.stdout.split())
+    assert soft == 8192
+    assert held == (8192 - 4096) // 6

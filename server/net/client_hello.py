@@ -15,6 +15,9 @@ RECORD_HEADER_BYTES = 5
 # A ClientHello is a few hundred bytes to a few KiB (post-quantum key shares included); one that
 # needs more than this is not read further and the tunnel is refused.
 MAX_HELLO_BYTES = 64 << 10
+# Real clients send a ClientHello in one record, two with large post-quantum key shares; one
+# split into more is refused (a hello in 1-byte records would cost a parse per record).
+MAX_HELLO_RECORDS = 4
 # A TLS alert record: fatal (2), access_denied (49); sent to a client whose tunnel is refused
 # after it was opened, so it fails at once with a TLS error rather than a hang.
 ACCESS_DENIED_ALERT = bytes([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31])
@@ -77,7 +80,10 @@ def read_hello(data: bytes) -> Hello:
         return Hello(Verdict.NOT_TLS)
     message = bytearray()
     at = 0
+    records = 0
     while True:
+        if records == MAX_HELLO_RECORDS:
+            return Hello(Verdict.MALFORMED)
         if len(data) < at + RECORD_HEADER_BYTES:
             return Hello(Verdict.INCOMPLETE, needed=at + RECORD_HEADER_BYTES)
         if data[at] != HANDSHAKE or data[at + 1] != 0x03:
@@ -92,6 +98,7 @@ def read_hello(data: bytes) -> Hello:
             return Hello(Verdict.INCOMPLETE, needed=end)
         message += data[at + RECORD_HEADER_BYTES : end]
         at = end
+        records += 1
         if len(message) >= 4:
             if message[0] != CLIENT_HELLO:
                 return Hello(Verdict.MALFORMED)

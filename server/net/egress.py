@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import ipaddress
 import logging
 import re
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 
 # A request's head (request line and headers), and a response's head, at most.
 HEAD_LIMIT_BYTES = 64 << 10
+# A chunk-size line at most (hex size and extensions).
+MAX_CHUNK_LINE_BYTES = 4096
 # After a failed accept (out of file descriptors, say), before the next.
 ACCEPT_RETRY_SECONDS = 0.05
 HEAD_SECONDS = 30.0
@@ -72,14 +75,31 @@ DEFAULT_CONNECT_SECONDS = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_MAX_BYTES = 4 << 30
 DEFAULT_MAX_OPEN_TOTAL = 2048
+# A tunnel's file descriptors: two sockets, and a pipe (two ends) per relayed direction.
+FDS_PER_CONNECTION = 6
 # How long a refused client's further bytes are read and dropped before its socket is closed.
 LINGER_SECONDS = 1.0
 # How long closing a call's proxy waits for its connections to end once cancelled.
 CLOSE_SECONDS = 5.0
+NOT_APPROVED = "not approved for this command"
+# A tunnel with no byte either way for this long is closed (its slot goes back to the pool).
+TUNNEL_IDLE_SECONDS = 300.0
+IDLE_CHECK_SECONDS = 30.0
+# Connections of one call reading their request head or first bytes at once; more wait.
+PARSING_AT_ONCE = 16
+# Names resolved at once: per call, and by the proxy as a whole (its own threads).
+RESOLVING_PER_CALL = 2
+RESOLVER_THREADS = 8
+# Headers that ask an application for another method than the request's own: dropped where
+# a method limit applies.
+_METHOD_OVERRIDES = frozenset({b"x-http-method-override", b"x-http-method", b"x-method-override"})
+# Ports whose tunnels must begin with TLS (so that its server name is checked).
+TLS_PORTS = frozenset({443})
 # The most refused endpoints a report (and the call's result) lists.
 MAX_REPORTED = 32
 
 _TOKEN = re.compile(rb"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -120,8 +140,10 @@ class EgressSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_bytes: int = DEFAULT_MAX_BYTES
     connect_seconds: float = DEFAULT_CONNECT_SECONDS
-    # Connections open at once across every call (each holds two sockets of the server).
+    # Connections open at once across every call (each holds up to FDS_PER_CONNECTION of the
+    # server's file descriptors), and the share of them one principal may hold.
     max_open_total: int = DEFAULT_MAX_OPEN_TOTAL
+    session_share: float = 0.5
 
     @classmethod
     def build(
@@ -192,23 +214,32 @@ class EgressReport:
 
 def refused_footer(refused: Iterable[tuple[str, str]], omitted: int = 0) -> str:
     """One line naming the endpoints a command's proxy refused and why ("" for none)."""
+    refused = list(refused)
     listed = "; ".join(f"{endpoint} ({reason})" for endpoint, reason in refused)
     if not listed:
         return ""
     more = f"; and {omitted} more" if omitted else ""
-    return (
-        f"[network refused: {listed}{more}. A host that was not approved can be declared in "
-        "access.network of a new call]"
+    advice = (
+        ". A host that was not approved can be declared in access.network of a new call"
+        if any(reason == NOT_APPROVED for _, reason in refused)
+        else ""
     )
+    return f"[network refused: {listed}{more}{advice}]"
 
 
 @dataclass(frozen=True, slots=True)
 class EgressCall:
-    """The call a listener serves: for the records, and what it may reach."""
+    """The call a listener serves: for the records, what it may reach, and whose share of the
+    proxy it uses (`principal`, the session when empty)."""
 
     session_id: str
     execution_id: str
     allowances: tuple[Allowance, ...]
+    principal: str = ""
+
+    @property
+    def holder(self) -> str:
+        return self.principal or f"session:{self.session_id}"
 
 
 class _Refused(Exception):
@@ -228,6 +259,7 @@ _REASONS = {
 
 @dataclass(slots=True)
 class _Connection:
+    upstream: Peer | None = None
     method: str = ""
     endpoint: Endpoint | None = None
     rule: str = ""
@@ -245,6 +277,10 @@ class _Grant:
 
     call: EgressCall
     deliver: Callable[[ConnectionRecord], None]
+    parsing: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(PARSING_AT_ONCE))
+    resolving: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(RESOLVING_PER_CALL)
+    )
     listener: socket.socket | None = None
     acceptor: asyncio.Future[None] | None = None
     tasks: set[asyncio.Future[None]] = field(default_factory=set)
@@ -290,8 +326,12 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stopped = False
-        # Connections open now, across every call (proxy thread only).
+        # Connections open now, across every call and per principal (proxy thread only).
         self._open = 0
+        self._open_by_holder: dict[str, int] = {}
+        self._resolver = concurrent.futures.ThreadPoolExecutor(
+            RESOLVER_THREADS, thread_name_prefix="callgate-egress-dns"
+        )
 
     # The server's side (its event loop) ---------------------------------------------------
 
@@ -333,6 +373,7 @@ class EgressProxy:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(loop.stop)
         thread.join(CLOSE_SECONDS)
+        self._resolver.shutdown(wait=False, cancel_futures=True)
 
     async def _in_thread(self, coroutine: Any) -> Any:
         loop = self._started()
@@ -396,7 +437,9 @@ class EgressProxy:
                     continue
                 task = asyncio.ensure_future(self._accepted(grant, Peer(sock)))
                 grant.tasks.add(task)
+                holder = grant.call.holder
                 self._open += 1
+                self._open_by_holder[holder] = self._open_by_holder.get(holder, 0) + 1
                 task.add_done_callback(lambda done: self._ended(grant, done))
         finally:
             listener.close()
@@ -414,7 +457,19 @@ class EgressProxy:
                 "call may; later ones are refused",
             )
         if self._open >= self.settings.max_open_total:
-            return _Refused(503, "proxy_busy", "the proxy holds as many connections as it may")
+            return _Refused(
+                503,
+                "proxy_busy",
+                "the proxy holds as many connections as it may; try again when some have ended",
+            )
+        share = max(1, int(self.settings.max_open_total * self.settings.session_share))
+        if self._open_by_holder.get(grant.call.holder, 0) >= share:
+            return _Refused(
+                503,
+                "proxy_busy",
+                f"this agent's commands hold {share} connections open, its share of the "
+                "proxy; try again when some have ended",
+            )
         return None
 
     @staticmethod
@@ -446,6 +501,12 @@ class EgressProxy:
     def _ended(self, grant: _Grant, task: asyncio.Future[None]) -> None:
         grant.tasks.discard(task)
         self._open -= 1
+        holder = grant.call.holder
+        left = self._open_by_holder.get(holder, 1) - 1
+        if left:
+            self._open_by_holder[holder] = left
+        else:
+            self._open_by_holder.pop(holder, None)
 
     async def _close(self, grant: _Grant) -> EgressReport:
         grant.closed = True
@@ -476,8 +537,9 @@ class EgressProxy:
             log.exception("the egress proxy failed on a connection")
         finally:
             client.close()
-            if upstream is not None:
-                upstream.close()
+            for made in (upstream, connection.upstream):
+                if made is not None:
+                    made.close()
             self._record(grant, connection)
 
     def _record(self, grant: _Grant, connection: _Connection) -> None:
@@ -505,8 +567,8 @@ class EgressProxy:
 
     async def _handle(self, grant: _Grant, connection: _Connection, client: Peer) -> Peer | None:
         try:
-            async with asyncio.timeout(HEAD_SECONDS):
-                head = await client.read_until(b"\r\n\r\n", HEAD_LIMIT_BYTES)
+            async with grant.parsing, asyncio.timeout(HEAD_SECONDS):
+                head = await client.read_until(b"\r\n\r\n", HEAD_LIMIT_BYTES, paced=True)
         except TooLong:
             raise _Refused(400, "bad_request", "the request head is too large") from None
         except TimeoutError:
@@ -534,22 +596,25 @@ class EgressProxy:
                     f"{method} is not among the methods allowed for {endpoint} "
                     f"({', '.join(sorted(limit))})",
                 )
-        addresses = await self._resolve(endpoint)
+        async with grant.resolving:
+            addresses = await self._resolve(endpoint)
         upstream, address = await self._connect(addresses, endpoint)
+        connection.upstream = upstream
         connection.address = str(address)
         connection.allowed = True
         try:
             if url is None:
                 await client.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await self._tunnel(grant, connection, client, upstream)
+                limited = any(p.covers(endpoint) for p, _ in self.settings.methods)
+                await self._tunnel(grant, connection, client, upstream, tls_only=limited)
             else:
                 await self._forward(
                     grant, connection, (url, method, headers, framing), client, upstream
                 )
         except _Refused as refused:
             connection.refusal, connection.message = refused.code, refused.message
-            # Refused by its TLS server name: nothing was sent on to the host.
-            connection.allowed = refused.code != "server_name"
+            # Refused by its first bytes: nothing was sent on to the host.
+            connection.allowed = refused.code not in ("server_name", "not_tls")
             if refused.status == 0 or url is None:
                 return upstream  # mid-stream: nothing more can be said in HTTP
             raise
@@ -560,7 +625,7 @@ class EgressProxy:
             raise _Refused(403, "byte_limit", grant.exhausted)
         allowance = next((a for a in grant.call.allowances if a.endpoint.covers(endpoint)), None)
         if allowance is None:
-            raise _Refused(403, "not_approved", "not approved for this command")
+            raise _Refused(403, "not_approved", NOT_APPROVED)
         return allowance
 
     async def _resolve(self, endpoint: Endpoint) -> list[IPAddress]:
@@ -571,7 +636,12 @@ class EgressProxy:
             loop = asyncio.get_running_loop()
             try:
                 infos = await asyncio.wait_for(
-                    loop.getaddrinfo(host, endpoint.port, type=socket.SOCK_STREAM),
+                    loop.run_in_executor(
+                        self._resolver,
+                        functools.partial(
+                            socket.getaddrinfo, host, endpoint.port, type=socket.SOCK_STREAM
+                        ),
+                    ),
                     RESOLVE_SECONDS,
                 )
             except (OSError, TimeoutError):
@@ -631,22 +701,35 @@ class EgressProxy:
         return lambda n: self._charge(grant, connection, 0, n)
 
     async def _tunnel(
-        self, grant: _Grant, connection: _Connection, client: Peer, upstream: Peer
+        self,
+        grant: _Grant,
+        connection: _Connection,
+        client: Peer,
+        upstream: Peer,
+        *,
+        tls_only: bool = False,
     ) -> None:
         """Relay both ways; the client's first bytes are held until they show whether they are
-        TLS, and if they are, that its server name is the tunnel's host."""
+        TLS, and if they are, that its server name is the tunnel's host. Where TLS is required
+        (port 443, and an endpoint with a method limit, whose plain HTTP must come as plain
+        requests), other first bytes are refused. A tunnel idle both ways is closed."""
         assert connection.endpoint is not None
         endpoint = connection.endpoint
+        tls_only = tls_only or endpoint.port in TLS_PORTS
 
         async def outward() -> None:
             try:
-                await _check_first_bytes(client, endpoint)
+                async with grant.parsing, asyncio.timeout(HEAD_SECONDS):
+                    await _check_first_bytes(client, endpoint, tls_only=tls_only)
+            except TimeoutError:
+                return  # nothing but a trickle: it never began; closed as any idle tunnel
             except _Refused as refused:
                 # Recorded now: the call may end while the client is still being answered.
                 connection.refusal, connection.message = refused.code, refused.message
                 connection.allowed = False
                 with contextlib.suppress(ConnectionError, OSError):
-                    await client.send(ACCESS_DENIED_ALERT)
+                    if refused.code == "server_name":  # a TLS client: it understands an alert
+                        await client.send(ACCESS_DENIED_ALERT)
                     client.shut_write()
                     await _linger(client)
                 raise
@@ -655,7 +738,23 @@ class EgressProxy:
         async def inward() -> None:
             await relay(upstream, client, self._charger(grant, connection, up=False))
 
-        await _both(outward(), inward())
+        relays = asyncio.ensure_future(_both(outward(), inward()))
+        try:
+            idle_checks = 0
+            while True:
+                moved = connection.up + connection.down
+                done, _ = await asyncio.wait({relays}, timeout=IDLE_CHECK_SECONDS)
+                if done:
+                    relays.result()
+                    return
+                idle_checks = idle_checks + 1 if connection.up + connection.down == moved else 0
+                if idle_checks * IDLE_CHECK_SECONDS >= TUNNEL_IDLE_SECONDS:
+                    raise _Refused(
+                        0, "idle", f"no byte either way for {TUNNEL_IDLE_SECONDS:g} seconds"
+                    )
+        finally:
+            relays.cancel()
+            await asyncio.gather(relays, return_exceptions=True)
 
     async def _forward(
         self,
@@ -670,6 +769,9 @@ class EgressProxy:
         client, so every request on the connection is one this proxy checked."""
         url, method, headers, (framing, length) = request
         named = _connection_tokens(headers)
+        assert connection.endpoint is not None
+        if any(p.covers(connection.endpoint) for p, _ in self.settings.methods):
+            named |= _METHOD_OVERRIDES
         lines = [f"{method} {url.target} HTTP/1.1".encode(), b"Host: " + url.host_header.encode()]
         lines += [
             name + b": " + value
@@ -731,18 +833,30 @@ class EgressProxy:
         await relay(upstream, client, self._charger(grant, connection, up=False))
 
 
-async def _check_first_bytes(client: Peer, endpoint: Endpoint) -> None:
+async def _check_first_bytes(client: Peer, endpoint: Endpoint, *, tls_only: bool) -> None:
     """Look at the client's first bytes in a tunnel (left buffered for the relay): they pass
-    when they are not TLS, or TLS naming the tunnel's host (or no name); _Refused otherwise."""
+    when they are TLS naming the tunnel's host (or no name), or, unless `tls_only`, not TLS at
+    all; _Refused otherwise. They are parsed again only once as many bytes as the last look
+    asked for have come."""
+    needed = 1
     while True:
-        hello = read_hello(bytes(client.buffer))
-        if hello.verdict is not Verdict.INCOMPLETE:
-            break
-        if hello.needed > MAX_HELLO_BYTES:
-            raise _Refused(0, "server_name", "its TLS ClientHello is too large to check")
-        if not await client._fill():
+        if len(client.buffer) >= needed:
+            hello = read_hello(bytes(client.buffer))
+            if hello.verdict is not Verdict.INCOMPLETE:
+                break
+            needed = hello.needed
+            if needed > MAX_HELLO_BYTES:
+                raise _Refused(0, "server_name", "its TLS ClientHello is too large to check")
+        if not await client.fill_paced():
             return  # the client closed first: nothing was sent to check
     if hello.verdict is Verdict.NOT_TLS:
+        if tls_only:
+            raise _Refused(
+                0,
+                "not_tls",
+                f"a tunnel to {endpoint} must begin with TLS (its server name is checked); "
+                "plain HTTP to it goes as plain requests, whose methods are checked",
+            )
         return
     if hello.verdict is Verdict.MALFORMED:
         raise _Refused(0, "server_name", "its TLS ClientHello could not be read")
@@ -761,31 +875,42 @@ async def _check_first_bytes(client: Peer, endpoint: Endpoint) -> None:
 
 
 async def _copy_chunked(client: Peer, upstream: Peer, charge: Any) -> None:
-    """Forward a chunked request body as it is framed (sizes, data, trailers), no further."""
+    """Forward a chunked request body re-framed: each size line as bare hex (extensions
+    dropped), the data, and no trailers (read, bounded, and dropped), so that the host parses
+    exactly the framing this proxy checked."""
     while True:
-        line = await client.read_until(b"\r\n", HEAD_LIMIT_BYTES)
+        line = await client.read_until(b"\r\n", MAX_CHUNK_LINE_BYTES)
         if line is None:
             raise EOFError
-        size_text = line[:-2].split(b";", 1)[0].strip()
-        if not size_text or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+        size_text = line[:-2].split(b";", 1)[0].strip(b" \t")
+        if (
+            not size_text
+            or len(size_text) > 16
+            or not all(c in b"0123456789abcdefABCDEF" for c in size_text)
+            or b"\n" in line[:-2]
+            or b"\r" in line[:-2]
+        ):
             raise _Refused(0, "bad_request", "the request's chunked body is malformed")
         size = int(size_text, 16)
-        charge(len(line))
-        await upstream.send(line)
+        framed = f"{size:x}\r\n".encode()
+        charge(len(framed))
+        await upstream.send(framed)
         if size == 0:
             break
         await relay(client, upstream, charge, limit=size)
-        crlf = await client.read_exactly(2)
-        if crlf != b"\r\n":
+        if await client.read_exactly(2) != b"\r\n":
             raise _Refused(0, "bad_request", "the request's chunked body is malformed")
-        await upstream.send(crlf)
-    while True:  # trailers, up to the empty line
+        await upstream.send(b"\r\n")
+    dropped = 0
+    while True:  # trailers, up to the empty line: dropped
         line = await client.read_until(b"\r\n", HEAD_LIMIT_BYTES)
         if line is None:
             raise EOFError
-        charge(len(line))
-        await upstream.send(line)
+        dropped += len(line)
+        if dropped > HEAD_LIMIT_BYTES:
+            raise _Refused(0, "bad_request", "the request's trailers are too large")
         if line == b"\r\n":
+            await upstream.send(b"\r\n")
             return
 
 
@@ -856,7 +981,10 @@ def _parse_request(head: bytes) -> tuple[str, str, list[tuple[bytes, bytes]]]:
         name, colon, value = line.partition(b":")
         if not colon or not _TOKEN.match(name):
             raise _Refused(400, "bad_request", "a request header is malformed")
-        headers.append((name, value.strip(b" \t")))
+        value = value.strip(b" \t")
+        if _CONTROL.search(value):
+            raise _Refused(400, "bad_request", "a request header holds a control character")
+        headers.append((name, value))
     try:
         return parts[0].decode("ascii"), parts[1].decode("ascii"), headers
     except UnicodeDecodeError:

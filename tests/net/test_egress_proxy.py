@@ -10,6 +10,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -436,3 +437,123 @@ async def test_closing_the_call_ends_its_open_tunnels() -> None:
     assert report.connections == 1
     # Delivered to this loop before the close returned.
     assert records[0].message == "ended with the command"
+
+
+async def test_one_principal_cannot_take_every_slot_of_the_proxy() -> None:
+    """The proxy's open connections are shared: one principal holds at most its share, and
+    another still gets through."""
+    with raw_peer() as peer:
+        proxy = EgressProxy(EgressSettings.build(LOOPBACK, max_open_total=4))
+        target = Endpoint.parse(f"127.0.0.1:{peer.port}")
+        listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+        ports = [listener.getsockname()[1] for listener in listeners]
+        handles = [
+            await proxy.open(
+                listener, EgressCall("s", "x", (Allowance(target, "t"),), who), lambda _: None
+            )
+            for listener, who in zip(listeners, ("greedy", "other"), strict=True)
+        ]
+        head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
+        held: list[socket.socket] = []
+        try:
+            for _ in range(2):
+                conn = socket.create_connection(("127.0.0.1", ports[0]), timeout=BOUND)
+                held.append(conn)
+                conn.sendall(head)
+                assert (await in_thread(conn.recv, 100)).startswith(b"HTTP/1.1 200")
+            refused = await in_thread(exchange, ports[0], head)
+            allowed = await in_thread(exchange, ports[1], head, b"hi")
+        finally:
+            for conn in held:
+                conn.close()
+            for handle in handles:
+                await proxy.close(handle)
+            proxy.stop()
+    assert refused.startswith(b"HTTP/1.1 503")
+    assert b"its share of the proxy" in refused
+    assert allowed.startswith(b"HTTP/1.1 200")
+
+
+async def test_a_tunnel_to_port_443_or_a_method_limited_endpoint_must_begin_with_tls() -> None:
+    """Plain HTTP through a tunnel would pass a method limit unseen (`curl -p -X DELETE`), and
+    a prefix before a ClientHello would pass its server name unchecked: where it matters, a
+    tunnel must begin with TLS."""
+    with raw_peer() as peer:
+        settings = EgressSettings.build(LOOPBACK, [(f"127.0.0.1:{peer.port}", ["GET"])])
+        async with proxied(f"127.0.0.1:{peer.port}", settings=settings) as p:
+            head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
+            plain = f"DELETE /admin HTTP/1.1\r\nHost: 127.0.0.1:{peer.port}\r\n\r\n".encode()
+            refused = await in_thread(exchange, p.port, head, plain)
+            tls = await in_thread(exchange, p.port, head, client_hello(None))
+        assert refused == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert peer.wait_ended(2) == [b"", client_hello(None)[:0] + peer.received[1]]
+        assert peer.received[1].startswith(b"\x16\x03")
+        assert tls.startswith(b"HTTP/1.1 200")
+    assert sorted(r.refusal for r in p.records) == ["", "not_tls"]
+
+
+async def test_a_client_hello_in_many_records_or_a_trickle_costs_little() -> None:
+    """A ClientHello split into tiny records is refused after a few; bytes sent one at a time
+    are read a few times a second, not once per byte."""
+    message = b"\x01\x00\x00\x40" + b"\x03\x03" + b"\0" * 62
+    tiny = b"".join(b"\x16\x03\x01\x00\x01" + message[i : i + 1] for i in range(len(message)))
+    with raw_peer() as peer:
+        async with proxied(f"127.0.0.1:{peer.port}") as p:
+            head = f"CONNECT 127.0.0.1:{peer.port} HTTP/1.1\r\n\r\n".encode()
+            answer = await in_thread(exchange, p.port, head, tiny)
+
+            def trickle() -> float:
+                with socket.create_connection(("127.0.0.1", p.port), timeout=BOUND) as conn:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    started = time.process_time()
+                    for byte in f"GET http://127.0.0.1:{peer.port}/ HTTP/1.1\r\n\r\n".encode():
+                        conn.send(bytes([byte]))
+                        time.sleep(0.001)
+                    conn.recv(100)
+                    return time.process_time() - started
+
+            await in_thread(trickle)
+    assert answer.endswith(ACCESS_DENIED_ALERT)
+    # (The peer echoes what it gets, which is no HTTP response.)
+    assert [r.refusal for r in p.records] == ["server_name", "bad_response"]
+    # The refused tunnel sent nothing on; the trickled request went on whole, once.
+    assert sorted(peer.wait_ended(2)) == [
+        b"",
+        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{peer.port}\r\nConnection: close\r\n\r\n".encode(),
+    ]
+
+
+async def test_chunk_lines_go_on_re_framed_and_trailers_do_not() -> None:
+    with raw_peer(echo=False) as peer:
+        async with proxied(f"127.0.0.1:{peer.port}") as p:
+            url = f"http://127.0.0.1:{peer.port}/upload"
+            request = (
+                f"POST {url} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "3;name=value\r\nabc\r\n0\r\nX-Trailer: yes\r\n\r\n"
+            ).encode()
+
+            def send(raw: bytes) -> None:
+                # The peer never answers: the wait for one ends with the call.
+                with socket.create_connection(("127.0.0.1", p.port), timeout=0.5) as conn:
+                    conn.sendall(raw)
+                    with contextlib.suppress(OSError):
+                        conn.recv(100)
+
+            await in_thread(send, request)
+            bare_lf = request.replace(b"3;name=value\r\n", b"3;\nabc\r\n")
+            await in_thread(send, bare_lf)
+    forwarded = sorted(peer.wait_ended(2), key=len)
+    # The size line with a bare LF is refused before it goes on: only the head went.
+    assert forwarded[0].endswith(b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    assert forwarded[1].endswith(b"\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+
+
+async def test_header_values_with_control_characters_are_refused() -> None:
+    with counting_server("upstream") as server:
+        async with proxied(f"127.0.0.1:{server.port}") as p:
+            url = f"http://127.0.0.1:{server.port}/"
+            answer = await in_thread(
+                exchange, p.port, f"GET {url} HTTP/1.1\r\nX: a\x00b\r\n\r\n".encode()
+            )
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert server.accepted == 0

@@ -230,7 +230,7 @@ def _egress(artifact: BashArtifact, ctx: ToolContext) -> EgressCall | None:
         )
         for target in artifact.network
     )
-    return EgressCall(ctx.session_id, ctx.execution_id, allowances)
+    return EgressCall(ctx.session_id, ctx.execution_id, allowances, ctx.principal)
 
 
 async def denied_program_files(names: frozenset[str], masks: ProgramMasks) -> tuple[str, ...]:
