@@ -351,9 +351,14 @@ def _mcp(args: argparse.Namespace) -> int:
     if args.approval_timeout < 0:
         print("callgate: --approval-timeout must be zero or more seconds", file=sys.stderr)
         return 2
+    if args.pending_after < 0:
+        print("callgate: --pending-after must be zero or more seconds", file=sys.stderr)
+        return 2
     options: dict[str, Any] = {
         "workspace": args.workspace or "",
         "approval_timeout": args.approval_timeout,
+        "pending_after": args.pending_after,
+        "session_name": args.session or "",
     }
     if not args.http and (args.http_token_file or args.http_allow_remote):
         print("callgate: --http-token-file and --http-allow-remote need --http", file=sys.stderr)
@@ -592,6 +597,21 @@ def _add_mcp_parser(
         type=float,
         default=600.0,
         help="seconds a gated call waits for an approver (default 600)",
+    )
+    mcp.add_argument(
+        "--pending-after",
+        dest="pending_after",
+        type=float,
+        default=4.0,
+        help="seconds after which a gated call is answered as awaiting an approver, to a client "
+        "that asked for no progress (keep it below the client's own timeout; the same call "
+        "made again returns its outcome); 0: wait up to --approval-timeout (default 4)",
+    )
+    mcp.add_argument(
+        "--session",
+        help="the named callgate session to use, shared by every bridge of this name "
+        "(default: one derived from the agent token, so that all of an agent's connections "
+        "share it)",
     )
     mcp.set_defaults(func=_mcp)
 

@@ -5,9 +5,22 @@ An MCP client (an IDE, an agent framework) sees callgate's tools as MCP tools:
 - `tools/list` is the session's ListTools: names, descriptions, argument JSON Schemas, and
   MCP annotations (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`) as
   each tool's definition declares them (`ToolInfo.annotations`).
-- `tools/call` is Prepare -> Approve -> Invoke (`ClientSession.run`). A gated call waits
-  for a human through callgate's approval channel (ApprovalService: `callgate approvals`
-  or any other approver), at most `approval_timeout` seconds.
+- `tools/call` is Prepare -> Approve -> Invoke (`ClientSession.start`, then the wait and the
+  Invoke here). A gated call waits for a human through callgate's approval channel
+  (ApprovalService: `callgate approvals` or any other approver), at most `approval_timeout`
+  seconds in all, and keeps the client alive meanwhile:
+  - a client that asked for progress (`_meta.progressToken`) gets a progress notification every
+    few seconds naming the call, what waits for it and when it is denied if nobody decides;
+  - a client that did not is answered after `pending_after` seconds (below its own timeout)
+    with a result saying the call awaits an approver; the same call (tool and arguments) made
+    again returns its outcome once decided, and never prepares a second call.
+- The session is a named one (`session_name`, by default derived from the agent's token), so
+  that every connection, process and stateless request of one agent finds the same session:
+  what it read, its processes, its session approvals, its pending calls. It is not closed when
+  the bridge exits; the server closes it when idle.
+- Calls of one model turn share a batch ID, so that an approver decides them at once: those
+  that arrive while another call of the same client is being prepared or waits, or within
+  `BATCH_WINDOW` of the previous one.
 
 Two error planes, as MCP asks: a call that was denied, timed out waiting for an approver,
 had invalid arguments, or ran and failed is a tool result with `isError: true` whose text
@@ -23,10 +36,17 @@ binds loopback unless the caller allows a remote address.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import ipaddress
+import json
 import socket
 import sys
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Final
 
 import mcp_types as types
@@ -39,21 +59,24 @@ from pydantic import AnyHttpUrl
 
 from callgate.client.connection import CallgateClient
 from callgate.client.errors import (
-    ApprovalTimeoutError,
     CallDeniedError,
     CallgateClientError,
     InvalidArgumentsError,
     ToolNotFoundError,
 )
-from callgate.client.models import ToolResult, ToolSpec
-from callgate.client.session import ClientSession
+from callgate.client.models import State, ToolCall, ToolResult, ToolSpec
+from callgate.client.session import ClientSession, new_batch_id
 
 from .mcp_token import StaticTokenVerifier, check_http_token
 
 __all__ = [
+    "BATCH_WINDOW",
     "DEFAULT_APPROVAL_TIMEOUT",
+    "DEFAULT_PENDING_AFTER",
     "LOOPBACK",
     "McpBridge",
+    "TurnBatches",
+    "default_session_name",
     "is_loopback",
     "parse_http_address",
     "serve_http",
@@ -63,6 +86,19 @@ __all__ = [
 
 DEFAULT_APPROVAL_TIMEOUT: Final = 600.0
 """How long a gated call waits for an approver by default, in seconds."""
+
+DEFAULT_PENDING_AFTER: Final = 4.0
+"""After this many seconds a gated call is answered as pending to a client that asked for no
+progress (below the 5 s the OpenAI Agents SDK waits by default); 0: never."""
+
+PROGRESS_EVERY: Final = 3.0
+"""Seconds between progress notifications while a call waits for an approver."""
+
+BATCH_WINDOW: Final = 0.05
+"""Calls arriving within this many seconds of the previous one are of one model turn."""
+
+MAX_BATCHERS: Final = 256
+"""MCP sessions whose turns are tracked at once (the least recently used are forgotten)."""
 
 _MCP_PATH: Final = "/mcp"
 
@@ -103,23 +139,81 @@ def _call_result(result: ToolResult) -> types.CallToolResult:
     )
 
 
+def default_session_name(token: str) -> str:
+    """The named session an agent's bridges share: derived from its token (a digest, which
+    tells nothing of the token)."""
+    return "mcp-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def call_key(tool: str, arguments: Mapping[str, object]) -> str:
+    """What makes two tool calls "the same call": the tool and its arguments, canonical."""
+    canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class TurnBatches:
+    """Batch IDs for the calls of one model turn: a call joins the current batch while another
+    call of the client is being prepared or waits for its decision, or within `window` seconds
+    of the previous call; otherwise it opens a new batch."""
+
+    def __init__(self, window: float = BATCH_WINDOW) -> None:
+        self._window = window
+        self._batch = ""
+        self._last = float("-inf")
+        self._busy = 0
+
+    def join(self) -> str:
+        now = time.monotonic()
+        if not self._batch or (self._busy == 0 and now - self._last > self._window):
+            self._batch = new_batch_id()
+        self._last = now
+        self._busy += 1
+        return self._batch
+
+    def leave(self) -> None:
+        self._busy -= 1
+        self._last = time.monotonic()
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A gated call this bridge answers for, by its call key, until its outcome is delivered:
+    a repeat of the same call finds it instead of preparing another."""
+
+    call: ToolCall
+    invoke_request_id: str
+    started: float = field(default_factory=time.monotonic)
+
+
 class McpBridge:
     """The MCP handlers over one callgate session."""
 
     def __init__(
-        self, session: ClientSession, approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+        self,
+        session: ClientSession,
+        approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+        pending_after: float = DEFAULT_PENDING_AFTER,
     ) -> None:
         if approval_timeout < 0:
             raise ValueError("approval_timeout must be zero or more seconds")
+        if pending_after < 0:
+            raise ValueError("pending_after must be zero or more seconds")
         self._session = session
         self._approval_timeout = approval_timeout
+        self._pending_after = pending_after
+        self._waiting: dict[str, _Waiting] = {}
+        # One batcher per MCP session (a client's connection); "" for what has no session ID
+        # (stdio, one client; stateless HTTP, this bridge's one agent). The oldest are dropped.
+        self._batches: OrderedDict[str, TurnBatches] = OrderedDict()
 
     def server(self) -> Server[Any]:
         """A low-level MCP server whose tools are the session's."""
         return Server(
             "callgate",
             instructions="Tools run through callgate's policy gate; a gated call waits for "
-            "a human approver, and a denied call returns an error result with the reason.",
+            "a human approver, and a denied call returns an error result with the reason. A "
+            "call answered as awaiting an approver: make exactly the same call again later to "
+            "get its outcome (it never runs twice).",
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
@@ -147,15 +241,27 @@ class McpBridge:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        """`tools/call`: Prepare -> Approve (waiting for a human if gated) -> Invoke."""
+        """`tools/call`: Prepare -> Approve (waiting for a human if gated) -> Invoke; a repeat
+        of a call that waits (or was answered as pending) waits for that same call."""
         arguments: Mapping[str, object] = params.arguments or {}
+        key = call_key(params.name, arguments)
         try:
-            result = await self._session.run(params.name, arguments, wait=self._approval_timeout)
+            waiting = self._waiting.get(key)
+            if waiting is None:
+                batches = self._batches_of(ctx)
+                batch_id = batches.join()
+                try:
+                    started = await self._session.start(params.name, arguments, batch_id=batch_id)
+                finally:
+                    batches.leave()
+                if started.result is not None:
+                    return _call_result(started.result)
+                assert started.call is not None
+                waiting = _Waiting(started.call, started.invoke_request_id)
+                self._waiting[key] = waiting
+            return await self._settle(ctx, key, waiting)
         except CallDeniedError as exc:
-            description = exc.denial.description or "no reason was given"
-            return _error_result(f"callgate denied the call ({exc.kind}): {description}")
-        except ApprovalTimeoutError as exc:
-            return _error_result(exc.message)
+            return _denied(exc.denial.description, exc.kind)
         except InvalidArgumentsError as exc:
             detail = "; ".join(f"{field}: {text}" for field, text in exc.violations)
             return _error_result(
@@ -163,7 +269,96 @@ class McpBridge:
             )
         except CallgateClientError as exc:
             raise _protocol_error(exc) from exc
-        return _call_result(result)
+
+    def _batches_of(self, ctx: ServerRequestContext[Any]) -> TurnBatches:
+        connection = getattr(ctx.session, "connection", None)
+        key = getattr(connection, "session_id", None) or ""
+        batches = self._batches.get(key)
+        if batches is None:
+            batches = self._batches[key] = TurnBatches()
+            while len(self._batches) > MAX_BATCHERS:
+                self._batches.popitem(last=False)
+        self._batches.move_to_end(key)
+        return batches
+
+    async def _settle(
+        self, ctx: ServerRequestContext[Any], key: str, waiting: _Waiting
+    ) -> types.CallToolResult:
+        """Wait for the call's decision (with progress, or up to the pending answer), then
+        invoke it; the outcome is delivered once, and the call forgotten."""
+        call = waiting.call
+        asked_progress = bool(ctx.meta and ctx.meta.get("progress_token") is not None)
+        soft = None
+        if not asked_progress and self._pending_after > 0:
+            soft = time.monotonic() + self._pending_after
+        hard = waiting.started + self._approval_timeout
+        while call.state in (State.PREPARED, State.AWAITING_APPROVAL):
+            now = time.monotonic()
+            if now >= hard:
+                self._waiting.pop(key, None)
+                await self._abandon(call)
+                return _error_result(
+                    f"No approver decided call {call.execution_id} within "
+                    f"{self._approval_timeout:g} seconds; it was withdrawn."
+                )
+            if soft is not None and now >= soft:
+                return _pending_result(call)
+            if asked_progress:
+                await ctx.session.report_progress(
+                    now - waiting.started, message=_waiting_words(call)
+                )
+            step = min(PROGRESS_EVERY, hard - now, (soft or hard) - now)
+            call = await self._session.approve(call.execution_id, wait=max(step, 0.0))
+            waiting.call = call
+        self._waiting.pop(key, None)
+        if call.state is State.DENIED:
+            return _denied(call.denial.description if call.denial else "", _denial_kind(call))
+        invoked = await self._session.invoke(
+            call.execution_id, request_id=waiting.invoke_request_id
+        )
+        return _call_result(invoked.result)
+
+    async def _abandon(self, call: ToolCall) -> None:
+        with contextlib.suppress(CallgateClientError):  # decided or gone meanwhile
+            await self._session.cancel(call.execution_id)
+
+
+def _waiting_words(call: ToolCall) -> str:
+    deadline = (
+        f"; denied at {call.expire_time.astimezone(UTC):%H:%M:%S} UTC if nobody decides"
+        if call.expire_time is not None
+        else ""
+    )
+    return f"waiting for an approver: call {call.execution_id} ({call.summary}){deadline}"
+
+
+def _pending_result(call: ToolCall) -> types.CallToolResult:
+    """The answer to a client that would time out first: the call waits, and how to get its
+    outcome."""
+    text = (
+        f"callgate: {_waiting_words(call)}. Nobody has decided yet. Make exactly the same call "
+        "again to get its outcome once it is decided (it runs at most once)."
+    )
+    structured: dict[str, Any] = {
+        "status": "awaiting_approval",
+        "execution_id": call.execution_id,
+        "summary": call.summary,
+    }
+    if call.expire_time is not None:
+        structured["expire_time"] = call.expire_time.astimezone(UTC).isoformat()
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured, is_error=True
+    )
+
+
+def _denial_kind(call: ToolCall) -> str:
+    return str(call.denial.kind) if call.denial is not None else "denied"
+
+
+def _denied(description: str, kind: object) -> types.CallToolResult:
+    return _error_result(
+        f"callgate denied the call ({kind}): {description or 'no reason was given'}"
+    )
 
 
 def _protocol_error(exc: CallgateClientError) -> MCPError:
@@ -195,13 +390,16 @@ async def serve_stdio(
     *,
     workspace: str = "",
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+    pending_after: float = DEFAULT_PENDING_AFTER,
+    session_name: str = "",
 ) -> None:
-    """Serves MCP on stdin/stdout until stdin closes, over one session on `target`."""
-    async with (
-        CallgateClient(target, token=token) as client,
-        client.open_session(workspace) as session,
-    ):
-        server = McpBridge(session, approval_timeout).server()
+    """Serves MCP on stdin/stdout until stdin closes, over the named session `session_name`
+    (default: the agent's own, `default_session_name`) on `target`, left open at exit."""
+    async with CallgateClient(target, token=token) as client:
+        session = await client.open_session(
+            workspace, name=session_name or default_session_name(token)
+        )
+        server = McpBridge(session, approval_timeout, pending_after).server()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -215,6 +413,8 @@ async def serve_http(
     allow_remote: bool = False,
     workspace: str = "",
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+    pending_after: float = DEFAULT_PENDING_AFTER,
+    session_name: str = "",
 ) -> None:
     """Serves MCP over streamable HTTP at `http://<address>/mcp` until interrupted, to clients
     that send `Authorization: Bearer <http_token>`.
@@ -239,12 +439,12 @@ async def serve_http(
         bound_port = listener.getsockname()[1]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         base_url = f"http://{shown}:{bound_port}"
-        async with (
-            CallgateClient(target, token=token) as client,
-            client.open_session(workspace) as session,
-        ):
+        async with CallgateClient(target, token=token) as client:
+            session = await client.open_session(
+                workspace, name=session_name or default_session_name(token)
+            )
             app = (
-                McpBridge(session, approval_timeout)
+                McpBridge(session, approval_timeout, pending_after)
                 .server()
                 .streamable_http_app(
                     streamable_http_path=_MCP_PATH,

@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing, suppress
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self
 
@@ -286,23 +287,13 @@ class ClientSession:
         if wait is not None and wait < 0:
             raise ValueError("wait must be zero or more seconds")
         invoke_request_id = str(uuid.uuid4())
-        if self._transport.pipelines:
-            prepared, invoked = await self._pipelined(
-                tool, args, loop_id, batch_id, invoke_request_id
-            )
-            if invoked is not None:
-                # Only the result is returned: the calls in both answers are not converted.
-                return _result_of(invoked, prepared.execution_id)
-            call = call_from_proto(prepared)
-        else:
-            call = await self.prepare(
-                tool,
-                args,
-                loop_id=loop_id,
-                request_id=str(uuid.uuid4()),
-                evaluate=True,
-                batch_id=batch_id,
-            )
+        started = await self.start(
+            tool, args, loop_id=loop_id, batch_id=batch_id, invoke_request_id=invoke_request_id
+        )
+        if started.result is not None:
+            return started.result
+        assert started.call is not None  # not run at once: the prepared call is there
+        call = started.call
         if call.state is State.AWAITING_APPROVAL and on_gated is not None:
             on_gated(call)
         call = await self._until_decided(call, wait)
@@ -314,6 +305,39 @@ class ClientSession:
         # its outcome instead of running the call again.
         invoked_now = await self.invoke(call.execution_id, request_id=invoke_request_id)
         return invoked_now.result
+
+    async def start(
+        self,
+        tool: str,
+        args: Mapping[str, object] | str,
+        *,
+        loop_id: str = "",
+        batch_id: str = "",
+        invoke_request_id: str = "",
+    ) -> Started:
+        """The first half of `run`: prepares the call with the gate deciding it, and invokes it
+        at once when policy allows it (one round trip on the Exchange stream). Returns the
+        prepared call, and its result when it ran; a gated call is left for the caller to wait
+        for (`approve`) and invoke, with `invoke_request_id` (given, or made here) so that
+        the Invoke of a call already started returns its outcome instead of running again."""
+        invoke_request_id = invoke_request_id or str(uuid.uuid4())
+        if self._transport.pipelines:
+            prepared, invoked = await self._pipelined(
+                tool, args, loop_id, batch_id, invoke_request_id
+            )
+            if invoked is not None:
+                # Only the result is converted: the calls in both answers are not.
+                return Started(None, _result_of(invoked, prepared.execution_id), invoke_request_id)
+            return Started(call_from_proto(prepared), None, invoke_request_id)
+        call = await self.prepare(
+            tool,
+            args,
+            loop_id=loop_id,
+            request_id=str(uuid.uuid4()),
+            evaluate=True,
+            batch_id=batch_id,
+        )
+        return Started(call, None, invoke_request_id)
 
     async def _pipelined(
         self,
@@ -387,6 +411,16 @@ class ClientSession:
             # Decided or gone meanwhile: nothing is left to withdraw.
             with suppress(CallgateClientError):
                 await self.cancel(call.execution_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What `ClientSession.start` did: the prepared call (None when it ran at once: the
+    result says all), the result when it ran, and the request ID its Invoke uses."""
+
+    call: ToolCall | None
+    result: ToolResult | None
+    invoke_request_id: str
 
 
 def _invoke_result(response: tool_service_pb2.InvokeResponse, execution_id: str) -> InvokeResult:
