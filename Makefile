@@ -53,16 +53,22 @@ test: install install-system
 test-loaded: install install-system
 	$(PY) tests/loaded.py
 
+# The descriptor set keeps the protos' comments (source info) for server reflection.
 proto: install
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc $(PROTO_INCLUDES) \
 	  --python_out=proto --grpc_python_out=proto \
-	  --mypy_out=proto --mypy_grpc_out=proto $(PROTOS)
+	  --mypy_out=proto --mypy_grpc_out=proto \
+	  --include_source_info --include_imports \
+	  --descriptor_set_out=proto/callgate/v1/descriptors.binpb $(PROTOS)
 
 # Regenerate into a scratch tree and fail on any difference from the committed code.
 proto-check: install
 	@tmp=$$(mktemp -d) && \
+	mkdir -p $$tmp/callgate/v1 && \
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc $(PROTO_INCLUDES) --python_out=$$tmp --grpc_python_out=$$tmp \
-	  --mypy_out=$$tmp --mypy_grpc_out=$$tmp $(PROTOS) && \
+	  --mypy_out=$$tmp --mypy_grpc_out=$$tmp \
+	  --include_source_info --include_imports \
+	  --descriptor_set_out=$$tmp/callgate/v1/descriptors.binpb $(PROTOS) && \
 	for f in $$tmp/callgate/v1/*; do \
 	  diff -q $$f proto/callgate/v1/$$(basename $$f) >/dev/null || { echo "proto-check: $$(basename $$f) differs from proto/; run make proto"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "proto-check: generated code is up to date"

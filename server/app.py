@@ -26,7 +26,6 @@ from typing import Any
 import anyio
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from callgate.server import state_directory
 from callgate.server.config import ConfigError, ServerConfig, default_state_dir
@@ -46,6 +45,7 @@ from callgate.server.core.rules import CONFIG_ORIGIN, Rule, RuleBook
 from callgate.server.core.tool import ToolLimits
 from callgate.server.credentials import load_authenticator
 from callgate.server.metrics import MetricsServer, PrometheusTelemetry, serve_metrics
+from callgate.server.rpc import reflection
 from callgate.server.rpc.approval_service import ApprovalServicer
 from callgate.server.rpc.audit_service import AuditServicer
 from callgate.server.rpc.handlers import register_service
@@ -643,15 +643,9 @@ class App:
             families="enforced" if self.gate.families_enforced else "gated",
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (
-                TOOL_SERVICE,
-                APPROVAL_SERVICE,
-                AUDIT_SERVICE,
-                health.SERVICE_NAME,
-                reflection.SERVICE_NAME,
-            ),
-            server,
+        # v1 and v1alpha, with the protos' comments (rpc/reflection.py).
+        reflection.enable(
+            server, (TOOL_SERVICE, APPROVAL_SERVICE, AUDIT_SERVICE, health.SERVICE_NAME)
         )
         return server, health_servicer
 

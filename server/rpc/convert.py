@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import assert_never
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import json_format, timestamp_pb2
 
 from callgate.server.core.calls import CallSnapshot
+from callgate.server.core.errors import arguments_invalid
 from callgate.server.core.lifecycle import SessionSnapshot
 from callgate.server.core.models import (
     Decision,
@@ -183,3 +185,40 @@ def tool_info_to_proto(info: ToolInfo) -> tool_service_pb2.ToolInfo:
             open_world=info.annotations.open_world,
         ),
     )
+
+
+# A Struct holds doubles: integers beyond this cannot be told apart from their neighbours.
+EXACT_INTEGER_LIMIT = 2**53
+
+
+def arguments_text(request: tool_service_pb2.PrepareRequest) -> str:
+    """The call's arguments as one JSON object text, from `arguments_json` or from the
+    `arguments` Struct (integral numbers as integers); ARGUMENTS_INVALID for both at once, or
+    for an integral number a double cannot hold exactly."""
+    if not request.HasField("arguments"):
+        return request.arguments_json
+    if request.arguments_json:
+        raise arguments_invalid(
+            "", "give the arguments either as arguments_json or as arguments, not both"
+        )
+    return json.dumps(
+        _exact(json_format.MessageToDict(request.arguments), ""),
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def _exact(value: object, path: str) -> object:
+    if isinstance(value, float) and value.is_integer():
+        if abs(value) > EXACT_INTEGER_LIMIT:
+            raise arguments_invalid(
+                path,
+                "an integer beyond 2^53 cannot be exact in a Struct; send the arguments as "
+                "arguments_json",
+            )
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _exact(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_exact(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value

@@ -10,7 +10,7 @@ from callgate.server.core.tool import OutputSink
 from callgate.v1 import tool_service_pb2 as pb
 
 from ..core.fair_gate import SETTLED, FairGate
-from .convert import call_to_proto, session_to_proto, tool_info_to_proto
+from .convert import arguments_text, call_to_proto, session_to_proto, tool_info_to_proto
 from .exchange import ExchangeStream, check_operations, shutting_down
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 from .output_stream import OutputStream, StreamBudget
@@ -105,12 +105,13 @@ class ToolServicer:
         return pb.ListToolsResponse(tools=[tool_info_to_proto(i) for i in infos])
 
     async def prepare(self, request: pb.PrepareRequest, call: Call) -> pb.PrepareResponse:
+        arguments = arguments_text(request)
         await self.lifecycle.warm(
             call.principal,
             request.session_id,
             request.loop_id,
             request.tool_name,
-            request.arguments_json,
+            arguments,
         )
         async with self.prepare_gate.turn(request.session_id):
             snapshot = self.lifecycle.prepare(
@@ -118,7 +119,7 @@ class ToolServicer:
                 request.session_id,
                 request.loop_id,
                 request.tool_name,
-                request.arguments_json,
+                arguments,
                 request.request_id,
                 request.evaluate,
                 request.batch_id,

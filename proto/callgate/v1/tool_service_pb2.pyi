@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
 from google.rpc import status_pb2 as _status_pb2
 import builtins as _builtins
@@ -376,12 +377,15 @@ class PrepareRequest(_message.Message):
     EVALUATE_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     loop_id: _builtins.str
     """Empty: the session's default loop."""
     tool_name: _builtins.str
     arguments_json: _builtins.str
-    """One JSON object holding the tool's arguments, exactly as a model emitted it."""
+    """One JSON object holding the tool's arguments, exactly as a model emitted it. Give the
+    arguments either here or in `arguments`, never both (ARGUMENTS_INVALID).
+    """
     request_id: _builtins.str
     """Optional client UUID. Repeating a Prepare with the same request_id and payload returns
     the same call; the same request_id with another payload is ALREADY_EXISTS.
@@ -407,6 +411,15 @@ class PrepareRequest(_message.Message):
     (with evaluate, APPROVED, DENIED or AWAITING_APPROVAL), and runs only if it is APPROVED
     at that moment; otherwise it fails as any Invoke of that call would, with no effect.
     """
+    @_builtins.property
+    def arguments(self) -> _struct_pb2.Struct:
+        """The tool's arguments as a Struct, for clients that build messages rather than JSON text
+        (grpcurl, buf curl, other languages' stubs): the same call as the same object in
+        `arguments_json`, with the same checks, limits and digest. A Struct has only double
+        numbers: an integral one (2.0) is taken as the integer 2, and one beyond 2^53 is
+        ARGUMENTS_INVALID (it cannot be exact; send it in `arguments_json`).
+        """
+
     def __init__(
         self,
         *,
@@ -418,10 +431,11 @@ class PrepareRequest(_message.Message):
         evaluate: _builtins.bool = ...,
         batch_id: _builtins.str = ...,
         execution_id: _builtins.str = ...,
+        arguments: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "execution_id", b"execution_id", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "execution_id", b"execution_id", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

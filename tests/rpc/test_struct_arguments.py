@@ -1,0 +1,84 @@
+"""PrepareRequest.arguments, the Struct form of a call's arguments: the same call as the same
+object in arguments_json (same digest, same checks), integral numbers taken as integers, and
+one form only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from callgate.v1 import tool_service_pb2
+from tests.support.calls import open_session
+from tests.support.server import Harness
+from tests.support.status import failure
+
+pytestmark = pytest.mark.anyio
+
+
+def struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(value)
+    return message
+
+
+async def prepare_with(
+    harness: Harness, session: str, tool: str, **forms: object
+) -> tool_service_pb2.PrepareResponse:
+    request = tool_service_pb2.PrepareRequest(session_id=session, tool_name=tool, **forms)  # type: ignore[arg-type]
+    return await harness.stub().Prepare(request)
+
+
+async def test_a_struct_is_the_same_call_as_its_json(harness: Harness) -> None:
+    (harness.workspace / "lines.txt").write_text("one\ntwo\nthree\n")
+    session = await open_session(harness.stub())
+    arguments = {"path": "lines.txt", "start_line": 2, "end_line": 3}
+    as_text = await prepare_with(harness, session, "ReadFile", arguments_json=json.dumps(arguments))
+    as_struct = await prepare_with(harness, session, "ReadFile", arguments=struct(arguments))
+    assert as_struct.call.digest == as_text.call.digest
+    assert as_struct.call.summary == as_text.call.summary
+
+
+@pytest.mark.parametrize(
+    ("forms", "field"),
+    [
+        (
+            {"arguments_json": '{"path": "a.txt"}', "arguments": struct({"path": "a.txt"})},
+            "arguments",
+        ),
+        ({"arguments": struct({"path": "a.txt", "end_line": 2.0**60})}, "arguments.end_line"),
+        ({"arguments": struct({"path": "a.txt", "end_line": 2.5})}, "arguments.end_line"),
+        ({"arguments": struct({"path": 7})}, "arguments.path"),
+    ],
+    ids=["both-forms", "beyond-2^53", "not-integral", "wrong-type"],
+)
+async def test_bad_struct_arguments_are_invalid_naming_the_field(
+    harness: Harness, forms: dict[str, object], field: str
+) -> None:
+    session = await open_session(harness.stub())
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await prepare_with(harness, session, "ReadFile", **forms)
+    found = failure(raised.value)
+    assert (found.code, found.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ARGUMENTS_INVALID")
+    assert found.fields == [field]
+
+
+async def test_a_struct_goes_through_the_exchange_stream_too(harness: Harness) -> None:
+    session = await open_session(harness.stub())
+    request = tool_service_pb2.ExchangeRequest(
+        id=1,
+        prepare=tool_service_pb2.PrepareRequest(
+            session_id=session, tool_name="Glob", arguments=struct({"pattern": "*"})
+        ),
+    )
+    call = harness.stub().Exchange()
+    await call.write(request)
+    response = await call.read()
+    await call.done_writing()
+    call.cancel()
+    assert isinstance(response, tool_service_pb2.ExchangeResponse)
+    assert response.WhichOneof("outcome") == "prepare", response
+    assert response.prepare.call.tool_name == "Glob"
