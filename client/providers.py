@@ -1,5 +1,8 @@
-"""Model-provider adapters: a session's tools in OpenAI and Anthropic form, and a model's tool
-call run through callgate and answered in that provider's tool-result shape.
+"""Model-provider adapters: a session's tools in OpenAI (Chat Completions and Responses API) and
+Anthropic form, and a model's tool call run through callgate and answered in that provider's
+tool-result shape. A tool call may be a plain dict or the SDK's own object (`anthropic`'s
+`ToolUseBlock`, `openai`'s `ChatCompletionMessageToolCall` or `ResponseFunctionToolCall`, or any
+object with `model_dump()` or those attributes).
 
     tools = anthropic_tools(await session.tools())
     ...                                   # the model answers with tool_use blocks
@@ -15,9 +18,10 @@ unavailability, protocol) are raised: the loop cannot fix them by trying somethi
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import JsonValue
 
@@ -47,9 +51,40 @@ class ToolOutcome(NamedTuple):
     is_error: bool
 
 
-def openai_tools(specs: Iterable[ToolSpec]) -> list[dict[str, JsonValue]]:
-    """The `tools` argument of an OpenAI chat completion: one function entry per tool."""
-    return [spec.to_openai() for spec in specs]
+def openai_tools(
+    specs: Iterable[ToolSpec], api: Literal["chat", "responses"] = "chat"
+) -> list[dict[str, JsonValue]]:
+    """The `tools` argument of an OpenAI request, one function entry per tool: for the Chat
+    Completions API (`{"type": "function", "function": {...}}`), or with `api="responses"`
+    for the Responses API (`{"type": "function", "name", "description", "parameters"}`)."""
+    if api == "chat":
+        return [spec.to_openai() for spec in specs]
+    if api == "responses":
+        return [
+            {
+                "type": "function",
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": copy.deepcopy(spec.input_schema),
+                "strict": False,
+            }
+            for spec in specs
+        ]
+    raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
+
+
+def _fields(item: object) -> Mapping[str, object]:
+    """A tool call as a mapping: a dict as it is, an SDK object (pydantic) by `model_dump()`,
+    anything else by its attributes."""
+    if isinstance(item, Mapping):
+        return item
+    dump = getattr(item, "model_dump", None)
+    if callable(dump):
+        dumped = dump()
+        if isinstance(dumped, Mapping):
+            return dumped
+    names = ("id", "type", "name", "input", "function", "arguments", "call_id")
+    return {name: getattr(item, name) for name in names if hasattr(item, name)}
 
 
 def anthropic_tools(specs: Iterable[ToolSpec]) -> list[dict[str, JsonValue]]:
@@ -96,21 +131,31 @@ def _content(result: ToolResult) -> str:
 
 async def run_openai_tool_call(
     session: ClientSession,
-    tool_call: Mapping[str, object],
+    tool_call: object,
     *,
     wait: float | None = None,
     loop_id: str = "",
 ) -> dict[str, JsonValue]:
-    """Runs an OpenAI tool call (`{"id", "type": "function", "function": {"name",
-    "arguments"}}`) and returns the `{"role": "tool", ...}` message that answers it.
+    """Runs an OpenAI tool call and returns what answers it:
+    - a Chat Completions tool call (`{"id", "type": "function", "function": {"name",
+      "arguments"}}`, or `ChatCompletionMessageToolCall`) gets a `{"role": "tool",
+      "tool_call_id", "content"}` message;
+    - a Responses API function call (`{"type": "function_call", "call_id", "name",
+      "arguments"}`, or `ResponseFunctionToolCall`) gets a `{"type": "function_call_output",
+      "call_id", "output"}` item.
 
-    OpenAI's tool message has no error flag, so an error's content starts with "Error: ".
-    Raises `ValueError` when `tool_call` has no ID (there is nothing to answer).
+    Neither answer has an error flag, so an error's text starts with "Error: ". Raises
+    `ValueError` when the call has no ID (there is nothing to answer).
     """
-    call_id = tool_call.get("id")
+    fields = _fields(tool_call)
+    if fields.get("type") == "function_call" or "call_id" in fields:
+        return await _run_openai_response_call(session, fields, wait=wait, loop_id=loop_id)
+    call_id = fields.get("id")
     if not isinstance(call_id, str) or not call_id:
         raise ValueError("an OpenAI tool call needs a string `id`")
-    function = tool_call.get("function")
+    function = fields.get("function")
+    if function is not None and not isinstance(function, Mapping):
+        function = _fields(function)
     name = function.get("name") if isinstance(function, Mapping) else None
     arguments = function.get("arguments", "{}") if isinstance(function, Mapping) else None
     if not isinstance(name, str) or not name:
@@ -123,19 +168,39 @@ async def run_openai_tool_call(
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
+async def _run_openai_response_call(
+    session: ClientSession, fields: Mapping[str, object], *, wait: float | None, loop_id: str
+) -> dict[str, JsonValue]:
+    call_id = fields.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ValueError("an OpenAI function_call needs a string `call_id`")
+    name = fields.get("name")
+    arguments = fields.get("arguments", "{}")
+    if not isinstance(name, str) or not name:
+        outcome = ToolOutcome("The function call names no function.", True)
+    elif not isinstance(arguments, str | Mapping):
+        outcome = ToolOutcome(f"The arguments of {name} must be a JSON object.", True)
+    else:
+        outcome = await run_tool_call(session, name, arguments, wait=wait, loop_id=loop_id)
+    output = f"Error: {outcome.content}" if outcome.is_error else outcome.content
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
 async def run_anthropic_tool_use(
     session: ClientSession,
-    block: Mapping[str, object],
+    block: object,
     *,
     wait: float | None = None,
     loop_id: str = "",
 ) -> dict[str, JsonValue]:
-    """Runs an Anthropic `tool_use` block (`{"type": "tool_use", "id", "name", "input"}`) and
-    returns the `tool_result` block that answers it, `is_error` set for every error.
+    """Runs an Anthropic `tool_use` block (`{"type": "tool_use", "id", "name", "input"}`, or the
+    SDK's `ToolUseBlock`) and returns the `tool_result` block that answers it, `is_error` set
+    for every error.
 
     `input` may also be JSON text (as assembled from a streamed `input_json_delta`).
     Raises `ValueError` when `block` has no ID (there is nothing to answer).
     """
+    block = _fields(block)
     use_id = block.get("id")
     if not isinstance(use_id, str) or not use_id:
         raise ValueError("an Anthropic tool_use block needs a string `id`")

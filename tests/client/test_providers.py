@@ -169,3 +169,49 @@ async def test_a_call_without_an_id_cannot_be_answered(session: ClientSession) -
     with pytest.raises(ValueError, match="id"):
         await run_anthropic_tool_use(session, {"name": "ReadFile", "input": {}})
     assert await session.list_calls() == []
+
+
+async def test_the_sdks_own_objects_are_run_and_answered(session: ClientSession) -> None:
+    """`anthropic`'s ToolUseBlock, `openai`'s ChatCompletionMessageToolCall and
+    ResponseFunctionToolCall, as the SDKs return them, are run like the plain dicts."""
+    anthropic_types = pytest.importorskip("anthropic.types")
+    chat = pytest.importorskip("openai.types.chat")
+    responses = pytest.importorskip("openai.types.responses")
+    block = anthropic_types.ToolUseBlock(
+        id="toolu_9", name="ReadFile", input={"path": "notes.txt"}, type="tool_use"
+    )
+    chat_call = chat.ChatCompletionMessageToolCall(
+        id="call_9",
+        type="function",
+        function={"name": "ReadFile", "arguments": '{"path": "notes.txt"}'},
+    )
+    response_call = responses.ResponseFunctionToolCall(
+        call_id="call_10",
+        name="ReadFile",
+        arguments='{"path": ".env"}',
+        type="function_call",
+        id="fc_1",
+    )
+    anthropic_result = await run_anthropic_tool_use(session, block)
+    chat_message = await run_openai_tool_call(session, chat_call)
+    response_output = await run_openai_tool_call(session, response_call)
+    assert anthropic_result["tool_use_id"] == "toolu_9"
+    assert anthropic_result["is_error"] is False
+    assert "first line" in str(anthropic_result["content"])
+    assert chat_message["tool_call_id"] == "call_9"
+    assert "first line" in str(chat_message["content"])
+    assert response_output["type"] == "function_call_output"
+    assert response_output["call_id"] == "call_10"
+    assert str(response_output["output"]).startswith("Error: ")  # a secret: denied
+
+
+async def test_openai_tools_come_in_both_api_shapes(session: ClientSession) -> None:
+    specs = await session.tools()
+    chat = openai_tools(specs)
+    responses = openai_tools(specs, api="responses")
+    assert [c["function"]["name"] for c in chat] == [r["name"] for r in responses]  # type: ignore[index,call-overload]
+    first = responses[0]
+    assert first["type"] == "function"
+    assert first["parameters"] == specs[0].input_schema
+    with pytest.raises(ValueError, match="api must be"):
+        openai_tools(specs, api="assistants")  # type: ignore[arg-type]
