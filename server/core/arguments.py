@@ -132,6 +132,35 @@ _INTEGER: Final = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,17})?")
 
 
+_STRING_FORMS: Final[dict[str, dict[str, object]]] = {
+    "integer": {"type": "string", "pattern": f"^{_INTEGER.pattern}$"},
+    "number": {"type": "string", "pattern": f"^{_NUMBER.pattern}$"},
+    "boolean": {"type": "string", "enum": ["true", "false"]},
+}
+
+
+def lenient_schema(schema: dict[str, object]) -> dict[str, object]:
+    """A tool's argument schema as clients should check against it: wherever it takes an
+    integer, a number or a boolean, also the string forms the server takes for them (`"2"`,
+    `"2.5"`, `"true"`: what `validate_arguments` coerces), so that a client that validates
+    before sending never refuses what the server accepts."""
+    return _lenient(schema)  # type: ignore[return-value]
+
+
+def _lenient(node: object) -> object:
+    if isinstance(node, list):
+        return [_lenient(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _lenient(value) for key, value in node.items()}
+    kind = out.get("type")
+    if isinstance(kind, str) and kind in _STRING_FORMS:
+        keep = {k: v for k, v in out.items() if k in ("title", "description", "default")}
+        typed = {k: v for k, v in out.items() if k not in keep}
+        return {**keep, "anyOf": [typed, dict(_STRING_FORMS[kind])]}
+    return out
+
+
 def _members(annotation: object) -> list[object]:
     """The types a field annotation admits: Annotated, Optional and unions unwrapped."""
     origin = typing.get_origin(annotation)
@@ -205,6 +234,7 @@ __all__ = [
     "MAX_DEPTH",
     "InvalidArgument",
     "decode_arguments",
+    "lenient_schema",
     "parse_arguments",
     "validate_arguments",
 ]

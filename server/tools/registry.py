@@ -7,6 +7,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 
+from ..core.arguments import lenient_schema
 from ..core.definitions import (
     BuildScope,
     DefinitionBuildError,
@@ -76,7 +77,7 @@ class ToolRegistry:
         for tool in tools:
             self._by_tool[tool.name] = definition
             self._described[tool.name] = tool
-            schema = tool.arguments.model_json_schema()
+            schema = lenient_schema(tool.arguments.model_json_schema())
             schema.pop("title", None)
             self._infos[tool.name] = ToolInfo(
                 name=tool.name,
