@@ -295,6 +295,8 @@ def approval_item_from_proto(
             return Resolved(
                 execution_id=message.resolved.execution_id,
                 state=STATES.get(message.resolved.state, State.UNSPECIFIED),
+                decided_by=message.resolved.decided_by,
+                reason=message.resolved.reason,
             )
         case _:
             return None

@@ -291,10 +291,13 @@ class PendingQuestion(_Frozen):
 
 
 class Resolved(_Frozen):
-    """An approval or question that is no longer pending, and the call's state now."""
+    """An approval or question that is no longer pending, the call's state now, who decided
+    (empty when nobody did) and how it ended."""
 
     execution_id: str
     state: State
+    decided_by: str = ""
+    reason: str = ""
 
 
 class AuditEvent(_Frozen):

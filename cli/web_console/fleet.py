@@ -67,7 +67,13 @@ def item_event(target: str, item: ApprovalItem) -> Event:
         data = item.model_dump(mode="json")
         data["type"] = "question"
     else:
-        data = {"type": "resolved", "execution_id": item.execution_id, "state": item.state.value}
+        data = {
+            "type": "resolved",
+            "execution_id": item.execution_id,
+            "state": item.state.value,
+            "decided_by": item.decided_by,
+            "reason": item.reason,
+        }
     data["target"] = target
     return data
 

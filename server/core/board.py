@@ -59,10 +59,13 @@ class PendingQuestion:
 
 @dataclass(frozen=True, slots=True)
 class Resolved:
-    """An approval or question that is no longer pending, and the call's state now."""
+    """An approval or question that is no longer pending, the call's state now, who decided
+    (empty when nobody did) and how it ended, in one line."""
 
     execution_id: str
     state: State
+    decided_by: str = ""
+    reason: str = ""
 
 
 BoardItem = PendingApproval | PendingQuestion | Resolved
@@ -158,12 +161,14 @@ class ApprovalBoard:
         self._pending[item.execution_id] = item
         self._broadcast(item)
 
-    def resolve(self, execution_id: str, state: State) -> None:
+    def resolve(
+        self, execution_id: str, state: State, decided_by: str = "", reason: str = ""
+    ) -> None:
         """An approval or question stopped being pending (no-op when it was not pending)."""
         if self._pending.pop(execution_id, None) is None:
             return
         self._questions.pop(execution_id, None)
-        self._broadcast(Resolved(execution_id, state))
+        self._broadcast(Resolved(execution_id, state, decided_by, reason))
 
     def ask(self, item: PendingQuestion) -> Question:
         """Publish an AskUser question; the asker waits on the returned `Question.answered`

@@ -118,7 +118,13 @@ class CallDecisions:
             )
 
     def resolve_pending(self, record: CallRecord) -> None:
-        self.board.resolve(record.execution_id, record.state)
+        decision, denial = record.decision, record.denial
+        if decision is not None and decision.decided_by != "policy":
+            decided_by, reason = decision.decided_by, decision.reason
+        else:
+            decided_by = ""
+            reason = denial.description if denial is not None else record.state.value.lower()
+        self.board.resolve(record.execution_id, record.state, decided_by, reason)
 
     def refresh(self, record: CallRecord) -> None:
         """Apply expiry and approval timeouts that are due."""

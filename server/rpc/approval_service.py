@@ -83,7 +83,12 @@ def item_to_proto(item: PendingApproval | PendingQuestion | Resolved) -> pb.Watc
             )
         )
     return pb.WatchApprovalsResponse(
-        resolved=pb.Resolved(execution_id=item.execution_id, state=state_to_proto(item.state))
+        resolved=pb.Resolved(
+            execution_id=item.execution_id,
+            state=state_to_proto(item.state),
+            decided_by=item.decided_by,
+            reason=item.reason,
+        )
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -513,3 +514,48 @@ async def test_approve_all_waits_for_every_members_fetched_preview(tmp_path: Pat
             await expect(box.get_by_test_id("approve-batch")).to_be_disabled()
         for call in batch:
             assert await state_of(pod, mine, call.execution_id) == cpb.STATE_AWAITING_APPROVAL
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+async def test_the_console_fits_a_phone_and_keeps_what_was_decided(tmp_path: Path) -> None:
+    """At 360 px wide nothing overflows the page (a long path, a long line, the digest, the
+    audit timeline); the deadline names its time zone; the audit trail is a timeline; a
+    decided call stays listed with who decided it and how."""
+    from playwright.async_api import async_playwright, expect
+
+    async with serve_callgate(tmp_path / "pod") as pod:
+        long_path = "src/" + "deeply_nested_directory_name/" * 3 + "module.py"
+        content = "x = '" + "y" * 300 + "'\n"
+        session_id, call = await gated_write(pod, long_path, content)
+        async with console(("pod", pod)) as url, async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                page = await browser.new_page(viewport={"width": 360, "height": 800})
+                await page.goto(url)
+                await page.get_by_test_id("token").fill(pod.tokens["approver"])
+                await page.get_by_test_id("login").click()
+                card = page.locator(f'[data-execution-id="{call.execution_id}"]')
+                await expect(card).to_be_visible(timeout=10_000)
+                await card.get_by_test_id("audit").click()
+                timeline = card.get_by_test_id("timeline-entry")
+                await expect(timeline.first).to_be_visible(timeout=10_000)
+                await expect(timeline.first).to_contain_text("call.prepared")
+                meta = await card.locator(".meta").first.inner_text()
+                assert re.search(r"decide by \d{1,2}:\d\d:\d\d\s?(AM|PM)?\s?[A-Z]{2,5}", meta), meta
+                width = await page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 360, f"the page is {width} px wide at 360 px"
+                if os.environ.get("CALLGATE_SCREENSHOTS"):
+                    await page.screenshot(path=str(DOCS / "console-phone.png"), full_page=True)
+                await card.get_by_test_id("approve-once").click()
+                await expect(card).to_have_count(0, timeout=10_000)
+                recent = page.get_by_test_id("recent-call")
+                await expect(recent).to_have_count(1, timeout=10_000)
+                await expect(recent).to_contain_text("decided by approver")
+                await expect(recent).to_contain_text("approved")
+                width = await page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 360, f"the page is {width} px wide at 360 px once decided"
+            finally:
+                await browser.close()
+        assert await state_of(pod, session_id, call.execution_id) == cpb.STATE_APPROVED

@@ -14,7 +14,17 @@ const state = {
   // later is shown as a card of its own. "Approve all" sends exactly `ids`, and is enabled only
   // once the box has not changed for SETTLE_MS, so no call is approved unseen.
   batchViews: new Map(),
+  // The calls that stopped waiting while this page was open, newest first (RECENT at most):
+  // {target, summary, state, decided_by, reason, time}.
+  recent: [],
 };
+
+const RECENT = 20;
+
+// A time as the approver reads it: local, with its zone ("14:02:31 CET").
+function clock(value) {
+  return new Date(value).toLocaleTimeString([], { timeZoneName: "short" });
+}
 
 const SETTLE_MS = 1000;
 // Cards (or batch boxes) shown at first; "show more" adds as many again. A card is built only
@@ -236,7 +246,7 @@ function approvalCard(event) {
     inert(" \u00b7 session " + call.session_id + " \u00b7 by " + event.requested_by +
           " \u00b7 workspace " + event.workspace +
           (call.batch_id ? " \u00b7 batch " + call.batch_id : ""), seen) +
-    (event.deadline ? " \u00b7 decide by " + new Date(event.deadline).toLocaleTimeString() : "")));
+    (event.deadline ? " \u00b7 decide by " + clock(event.deadline) : "")));
   card.append(requirementList(call, event.unmet, seen));
   if (!onceOnly(event)) card.append(ruleList(event.candidates || [], seen));
   let waiting = null;
@@ -499,8 +509,38 @@ async function showAudit(target, executionId, node) {
   const data = await response.json();
   node.hidden = false;
   if (!response.ok) { node.textContent = data.error || "The audit trail is not available."; return; }
-  node.textContent = data.events.map((e) =>
-    e.time + "  " + e.kind + "  " + e.principal + "  " + JSON.stringify(e.data)).join("\n");
+  // A timeline: when, what, who, and the few fields that say the most; the record in full
+  // one click away.
+  const seen = { count: 0 };
+  const list = el("ol", { class: "timeline", "data-testid": "timeline" });
+  for (const e of data.events) {
+    const said = ["tool", "decided_by", "reason", "state", "error_code", "exit_code"]
+      .filter((name) => e.data && e.data[name] !== undefined && e.data[name] !== "")
+      .map((name) => name + " " + e.data[name]).join(" \u00b7 ");
+    const raw = el("details", {}, el("summary", { text: "record" }),
+                   el("pre", { text: inert(JSON.stringify(e.data, null, 1), seen) }));
+    list.append(el("li", { "data-testid": "timeline-entry" },
+      el("time", { text: clock(e.time) }), " ",
+      el("strong", { text: inert(e.kind, seen) }),
+      inert((e.principal ? " by " + e.principal : "") + (said ? " \u2014 " + said : ""), seen),
+      raw));
+  }
+  node.replaceChildren(list);
+}
+
+function renderRecent() {
+  const section = document.getElementById("recent");
+  const list = document.getElementById("recent-list");
+  section.hidden = !state.recent.length;
+  list.replaceChildren(...state.recent.map((r) => {
+    const seen = { count: 0 };
+    const who = r.decided_by ? r.decided_by : "nobody";
+    return el("li", { "data-testid": "recent-call", "data-state": r.state },
+      el("time", { text: clock(r.time) }), " ",
+      el("strong", { text: inert(r.summary, seen) }),
+      inert(" \u2014 " + r.state.toLowerCase() + " \u00b7 decided by " + who +
+            (r.reason ? " \u00b7 " + r.reason : "") + " \u00b7 " + r.target, seen));
+  }));
 }
 
 // ------------------------------------------------------------------ events
@@ -513,6 +553,16 @@ function handle(event) {
   }
   if (event.type === "resolved") {
     const k = key(event.target, event.execution_id);
+    const was = state.items.get(k);
+    if (was) {
+      const summary = was.type === "approval"
+        ? was.call.tool_name + " \u2014 " + was.call.summary : "question: " + was.question;
+      state.recent.unshift({ target: event.target, summary, state: event.state,
+                             decided_by: event.decided_by || "", reason: event.reason || "",
+                             time: Date.now() });
+      state.recent.length = Math.min(state.recent.length, RECENT);
+      renderRecent();
+    }
     state.items.delete(k);
     state.cards.delete(k);
   } else {

@@ -26,17 +26,17 @@ from callgate.v1 import tool_call_pb2 as callgate_dot_v1_dot_tool__call__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"1\n\x19GetPendingApprovalRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"L\n\x1aGetPendingApprovalResponse\x12.\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApproval\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\x92\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\"\x97\x01\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\x12)\n\x05rules\x18\x05 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xae\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\x97\x05\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x65\n\x12GetPendingApproval\x12&.callgate.v1.GetPendingApprovalRequest\x1a\'.callgate.v1.GetPendingApprovalResponse\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"1\n\x19GetPendingApprovalRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"L\n\x1aGetPendingApprovalResponse\x12.\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApproval\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\x92\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\x12\x12\n\ndecided_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x97\x01\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\x12)\n\x05rules\x18\x05 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xae\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\x97\x05\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x65\n\x12GetPendingApproval\x12&.callgate.v1.GetPendingApprovalRequest\x1a\'.callgate.v1.GetPendingApprovalResponse\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'callgate.v1.approval_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DECISIONKIND']._serialized_start=1927
-  _globals['_DECISIONKIND']._serialized_end=2101
-  _globals['_RULEEFFECT']._serialized_start=2103
-  _globals['_RULEEFFECT']._serialized_end=2189
+  _globals['_DECISIONKIND']._serialized_start=1963
+  _globals['_DECISIONKIND']._serialized_end=2137
+  _globals['_RULEEFFECT']._serialized_start=2139
+  _globals['_RULEEFFECT']._serialized_end=2225
   _globals['_WATCHAPPROVALSREQUEST']._serialized_start=113
   _globals['_WATCHAPPROVALSREQUEST']._serialized_end=136
   _globals['_GETPENDINGAPPROVALREQUEST']._serialized_start=138
@@ -52,33 +52,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PENDINGQUESTION']._serialized_start=790
   _globals['_PENDINGQUESTION']._serialized_end=952
   _globals['_RESOLVED']._serialized_start=954
-  _globals['_RESOLVED']._serialized_end=1021
-  _globals['_DECIDEREQUEST']._serialized_start=1024
-  _globals['_DECIDEREQUEST']._serialized_end=1175
-  _globals['_DECIDERESPONSE']._serialized_start=1177
-  _globals['_DECIDERESPONSE']._serialized_end=1230
-  _globals['_DECIDEBATCHREQUEST']._serialized_start=1232
-  _globals['_DECIDEBATCHREQUEST']._serialized_end=1298
-  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1300
-  _globals['_DECIDEBATCHRESPONSE']._serialized_end=1359
-  _globals['_ANSWERREQUEST']._serialized_start=1361
-  _globals['_ANSWERREQUEST']._serialized_end=1414
-  _globals['_ANSWERRESPONSE']._serialized_start=1416
-  _globals['_ANSWERRESPONSE']._serialized_end=1432
-  _globals['_RULE']._serialized_start=1435
-  _globals['_RULE']._serialized_end=1608
-  _globals['_LISTRULESREQUEST']._serialized_start=1610
-  _globals['_LISTRULESREQUEST']._serialized_end=1648
-  _globals['_LISTRULESRESPONSE']._serialized_start=1650
-  _globals['_LISTRULESRESPONSE']._serialized_end=1703
-  _globals['_CREATERULEREQUEST']._serialized_start=1705
-  _globals['_CREATERULEREQUEST']._serialized_end=1809
-  _globals['_CREATERULERESPONSE']._serialized_start=1811
-  _globals['_CREATERULERESPONSE']._serialized_end=1864
-  _globals['_DELETERULEREQUEST']._serialized_start=1866
-  _globals['_DELETERULEREQUEST']._serialized_end=1902
-  _globals['_DELETERULERESPONSE']._serialized_start=1904
-  _globals['_DELETERULERESPONSE']._serialized_end=1924
-  _globals['_APPROVALSERVICE']._serialized_start=2192
-  _globals['_APPROVALSERVICE']._serialized_end=2855
+  _globals['_RESOLVED']._serialized_end=1057
+  _globals['_DECIDEREQUEST']._serialized_start=1060
+  _globals['_DECIDEREQUEST']._serialized_end=1211
+  _globals['_DECIDERESPONSE']._serialized_start=1213
+  _globals['_DECIDERESPONSE']._serialized_end=1266
+  _globals['_DECIDEBATCHREQUEST']._serialized_start=1268
+  _globals['_DECIDEBATCHREQUEST']._serialized_end=1334
+  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1336
+  _globals['_DECIDEBATCHRESPONSE']._serialized_end=1395
+  _globals['_ANSWERREQUEST']._serialized_start=1397
+  _globals['_ANSWERREQUEST']._serialized_end=1450
+  _globals['_ANSWERRESPONSE']._serialized_start=1452
+  _globals['_ANSWERRESPONSE']._serialized_end=1468
+  _globals['_RULE']._serialized_start=1471
+  _globals['_RULE']._serialized_end=1644
+  _globals['_LISTRULESREQUEST']._serialized_start=1646
+  _globals['_LISTRULESREQUEST']._serialized_end=1684
+  _globals['_LISTRULESRESPONSE']._serialized_start=1686
+  _globals['_LISTRULESRESPONSE']._serialized_end=1739
+  _globals['_CREATERULEREQUEST']._serialized_start=1741
+  _globals['_CREATERULEREQUEST']._serialized_end=1845
+  _globals['_CREATERULERESPONSE']._serialized_start=1847
+  _globals['_CREATERULERESPONSE']._serialized_end=1900
+  _globals['_DELETERULEREQUEST']._serialized_start=1902
+  _globals['_DELETERULEREQUEST']._serialized_end=1938
+  _globals['_DELETERULERESPONSE']._serialized_start=1940
+  _globals['_DELETERULERESPONSE']._serialized_end=1960
+  _globals['_APPROVALSERVICE']._serialized_start=2228
+  _globals['_APPROVALSERVICE']._serialized_end=2891
 # @@protoc_insertion_point(module_scope)

@@ -308,18 +308,30 @@ class Resolved(_message.Message):
 
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    DECIDED_BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     state: _tool_call_pb2.State.ValueType
     """The call's state now (APPROVED, DENIED, CANCELLED, ... or SUCCEEDED for an answer)."""
+    decided_by: _builtins.str
+    """Who decided: an approver's principal, or empty when nobody did (it timed out, the agent
+    cancelled it, the session closed).
+    """
+    reason: _builtins.str
+    """How it ended, in one line: "approved by alice: note", "denied by bob: note", or why it
+    stopped waiting.
+    """
     def __init__(
         self,
         *,
         execution_id: _builtins.str = ...,
         state: _tool_call_pb2.State.ValueType = ...,
+        decided_by: _builtins.str = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decided_by", b"decided_by", "execution_id", b"execution_id", "reason", b"reason", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
