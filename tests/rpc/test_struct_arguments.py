@@ -5,8 +5,11 @@ one form only."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
+import anyio
 import grpc
 import pytest
 from google.protobuf import struct_pb2
@@ -17,6 +20,8 @@ from tests.support.server import Harness
 from tests.support.status import failure
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def struct(value: dict[str, Any]) -> struct_pb2.Struct:
@@ -82,3 +87,29 @@ async def test_a_struct_goes_through_the_exchange_stream_too(harness: Harness) -
     assert isinstance(response, tool_service_pb2.ExchangeResponse)
     assert response.WhichOneof("outcome") == "prepare", response
     assert response.prepare.call.tool_name == "Glob"
+
+
+async def test_a_generic_grpc_client_prepares_with_a_struct_over_reflection(
+    harness: Harness,
+) -> None:
+    """`buf curl`, knowing callgate only through reflection (v1), prepares a call whose
+    arguments are a JSON object in the request (a Struct), not JSON text in a string."""
+    buf = shutil.which("buf") or str(ROOT / ".tools/node_modules/.bin/buf")
+    if not Path(buf).exists():
+        pytest.skip("buf is not installed (make buf-lint installs it)")
+    session = await open_session(harness.stub())
+    body = {"session_id": session, "tool_name": "Glob", "arguments": {"pattern": "*"}}
+    done = await anyio.run_process(
+        [
+            buf, "curl", "--protocol", "grpc", "--http2-prior-knowledge",
+            "--reflect-protocol", "grpc-v1",
+            "-H", f"authorization: Bearer {harness.tokens['agent']}",
+            "-d", json.dumps(body),
+            f"http://{harness.tcp_target}/callgate.v1.ToolService/Prepare",
+        ],
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answer = json.loads(done.stdout)
+    assert answer["call"]["toolName"] == "Glob"
+    assert answer["call"]["digest"]
