@@ -16,8 +16,13 @@ An MCP client (an IDE, an agent framework) sees callgate's tools as MCP tools:
     again returns its outcome once decided, and never prepares a second call.
 - The session is a named one (`session_name`, by default derived from the agent's token), so
   that every connection, process and stateless request of one agent finds the same session:
-  what it read, its processes, its session approvals, its pending calls. It is not closed when
-  the bridge exits; the server closes it when idle.
+  what it read, its processes, its session approvals. It is not closed when the bridge exits;
+  the server closes it when idle, and the bridge then opens it again by name. The calls a
+  bridge answered as pending are its own: a bridge started for one call should wait for the
+  decision (`pending_after` 0).
+- An approved call runs in a task of the bridge's own: a client that gives up (its request
+  timeout) does not stop it, and the repeat of the same call gets its outcome ("still
+  running" until then); it runs once.
 - Calls of one model turn share a batch ID, so that an approver decides them at once: those
   that arrive while another call of the same client is being prepared or waits, or within
   `BATCH_WINDOW` of the previous one.
@@ -36,6 +41,7 @@ binds loopback unless the caller allows a remote address.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import ipaddress
@@ -43,12 +49,14 @@ import json
 import socket
 import sys
 import time
+import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+import anyio
 import mcp_types as types
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
@@ -62,6 +70,7 @@ from callgate.client.errors import (
     CallDeniedError,
     CallgateClientError,
     InvalidArgumentsError,
+    SessionNotFoundError,
     ToolNotFoundError,
 )
 from callgate.client.models import State, ToolCall, ToolResult, ToolSpec
@@ -100,7 +109,15 @@ BATCH_WINDOW: Final = 0.05
 MAX_BATCHERS: Final = 256
 """MCP sessions whose turns are tracked at once (the least recently used are forgotten)."""
 
+MAX_WAITING: Final = 1024
+"""Gated calls a bridge keeps for a repeat at once (the oldest are forgotten first)."""
+
+STALE_AFTER: Final = 3600.0
+"""Seconds past the approval timeout after which a kept call nobody came back for is
+forgotten (it has expired on the server by then)."""
+
 _MCP_PATH: Final = "/mcp"
+_T = TypeVar("_T")
 
 LOOPBACK: Final = "127.0.0.1"
 """Where `--http` binds when the address names no host."""
@@ -140,9 +157,10 @@ def _call_result(result: ToolResult) -> types.CallToolResult:
 
 
 def default_session_name(token: str) -> str:
-    """The named session an agent's bridges share: derived from its token (a digest, which
-    tells nothing of the token)."""
-    return "mcp-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    """The named session an agent's bridges share: derived from its token by a keyed digest
+    of its own (never a prefix of the token's plain SHA-256, which configurations hold)."""
+    digest = hashlib.blake2b(token.encode(), key=b"callgate mcp session", digest_size=8)
+    return "mcp-" + digest.hexdigest()
 
 
 def call_key(tool: str, arguments: Mapping[str, object]) -> str:
@@ -177,33 +195,43 @@ class TurnBatches:
 
 @dataclass(eq=False)
 class _Waiting:
-    """A gated call this bridge answers for, by its call key, until its outcome is delivered:
-    a repeat of the same call finds it instead of preparing another."""
+    """A gated call this bridge answers for, by its call key, until its outcome has been
+    delivered: a repeat of the same call (or the same call made at once by another request)
+    finds it instead of preparing another. `call` is None until it is prepared (`ready`);
+    `running` is its Invoke, a task of the bridge's own that a client giving up never cancels."""
 
-    call: ToolCall
     invoke_request_id: str
     started: float = field(default_factory=time.monotonic)
+    call: ToolCall | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    running: asyncio.Task[types.CallToolResult] | None = None
+
+
+OpenSession = Callable[[], Awaitable[ClientSession]]
 
 
 class McpBridge:
-    """The MCP handlers over one callgate session."""
+    """The MCP handlers over one callgate session (reopened by name when the server closed
+    it for idleness, given `reopen`)."""
 
     def __init__(
         self,
         session: ClientSession,
         approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
         pending_after: float = DEFAULT_PENDING_AFTER,
+        reopen: OpenSession | None = None,
     ) -> None:
         if approval_timeout < 0:
             raise ValueError("approval_timeout must be zero or more seconds")
         if pending_after < 0:
             raise ValueError("pending_after must be zero or more seconds")
         self._session = session
+        self._reopen = reopen
         self._approval_timeout = approval_timeout
         self._pending_after = pending_after
-        self._waiting: dict[str, _Waiting] = {}
-        # One batcher per MCP session (a client's connection); "" for what has no session ID
-        # (stdio, one client; stateless HTTP, this bridge's one agent). The oldest are dropped.
+        self._waiting: OrderedDict[str, _Waiting] = OrderedDict()
+        # One batcher per MCP session (a client's connection, by its Mcp-Session-Id); "" for
+        # what has none (stdio: one client; stateless HTTP: this bridge's one agent).
         self._batches: OrderedDict[str, TurnBatches] = OrderedDict()
 
     def server(self) -> Server[Any]:
@@ -212,18 +240,32 @@ class McpBridge:
             "callgate",
             instructions="Tools run through callgate's policy gate; a gated call waits for "
             "a human approver, and a denied call returns an error result with the reason. A "
-            "call answered as awaiting an approver: make exactly the same call again later to "
-            "get its outcome (it never runs twice).",
+            "call answered as awaiting an approver or still running: make exactly the same "
+            "call again later to get its outcome (it never runs twice).",
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
+
+    async def _with_session(self, operation: Callable[[ClientSession], Awaitable[_T]]) -> _T:
+        """`operation` on the session; when the server closed it (idle), reopened by name
+        once and tried again (the calls waiting on the old one are forgotten)."""
+        session = self._session
+        try:
+            return await operation(session)
+        except SessionNotFoundError:
+            if self._reopen is None:
+                raise
+        if self._session is session:
+            self._session = await self._reopen()
+            self._waiting.clear()
+        return await operation(self._session)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         """`tools/list`: the session's tools, all on one page."""
         try:
-            specs = await self._session.tools()
+            specs = await self._with_session(lambda session: session.tools())
         except CallgateClientError as exc:
             raise _protocol_error(exc) from exc
         return types.ListToolsResult(
@@ -242,23 +284,27 @@ class McpBridge:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         """`tools/call`: Prepare -> Approve (waiting for a human if gated) -> Invoke; a repeat
-        of a call that waits (or was answered as pending) waits for that same call."""
+        of a call that waits, runs, or was answered as pending gets that same call."""
         arguments: Mapping[str, object] = params.arguments or {}
         key = call_key(params.name, arguments)
+        self._forget_stale()
         try:
             waiting = self._waiting.get(key)
+            if waiting is not None:
+                await waiting.ready.wait()
+                if waiting.call is None:  # its Prepare failed: this one is a call of its own
+                    waiting = None
             if waiting is None:
-                batches = self._batches_of(ctx)
-                batch_id = batches.join()
-                try:
-                    started = await self._session.start(params.name, arguments, batch_id=batch_id)
-                finally:
-                    batches.leave()
-                if started.result is not None:
-                    return _call_result(started.result)
-                assert started.call is not None
-                waiting = _Waiting(started.call, started.invoke_request_id)
+                waiting = _Waiting(str(uuid.uuid4()))
                 self._waiting[key] = waiting
+                try:
+                    started = await self._start(ctx, params.name, arguments, waiting)
+                finally:
+                    waiting.ready.set()
+                    if waiting.call is None:
+                        self._drop(key, waiting)
+                if started is not None:
+                    return started
             return await self._settle(ctx, key, waiting)
         except CallDeniedError as exc:
             return _denied(exc.denial.description, exc.kind)
@@ -270,9 +316,48 @@ class McpBridge:
         except CallgateClientError as exc:
             raise _protocol_error(exc) from exc
 
+    async def _start(
+        self,
+        ctx: ServerRequestContext[Any],
+        name: str,
+        arguments: Mapping[str, object],
+        waiting: _Waiting,
+    ) -> types.CallToolResult | None:
+        """Prepare (and, when allowed, run) the call; its result when it ran, else None with
+        `waiting.call` set."""
+        batches = self._batches_of(ctx)
+        batch_id = batches.join()
+        try:
+            started = await self._with_session(
+                lambda session: session.start(
+                    name, arguments, batch_id=batch_id, invoke_request_id=waiting.invoke_request_id
+                )
+            )
+        finally:
+            batches.leave()
+        if started.result is not None:
+            return _call_result(started.result)
+        assert started.call is not None
+        waiting.call = _kept(started.call)
+        return None
+
+    def _drop(self, key: str, waiting: _Waiting) -> None:
+        """Forget `key`'s entry, if it is still `waiting` (a newer call may hold the key)."""
+        if self._waiting.get(key) is waiting:
+            del self._waiting[key]
+
+    def _forget_stale(self) -> None:
+        """Forget entries nobody came back for: past the approval timeout and the call's
+        time to be invoked, or beyond the most kept."""
+        limit = time.monotonic() - self._approval_timeout - STALE_AFTER
+        for key in [k for k, w in self._waiting.items() if w.started < limit and not w.running]:
+            del self._waiting[key]
+        while len(self._waiting) > MAX_WAITING:
+            self._waiting.popitem(last=False)
+
     def _batches_of(self, ctx: ServerRequestContext[Any]) -> TurnBatches:
-        connection = getattr(ctx.session, "connection", None)
-        key = getattr(connection, "session_id", None) or ""
+        headers = getattr(getattr(ctx, "request", None), "headers", None)
+        key = str(headers.get("mcp-session-id") or "") if headers is not None else ""
         batches = self._batches.get(key)
         if batches is None:
             batches = self._batches[key] = TurnBatches()
@@ -285,22 +370,31 @@ class McpBridge:
         self, ctx: ServerRequestContext[Any], key: str, waiting: _Waiting
     ) -> types.CallToolResult:
         """Wait for the call's decision (with progress, or up to the pending answer), then
-        invoke it; the outcome is delivered once, and the call forgotten."""
+        run it in a task of the bridge's own and wait for that (again up to the pending
+        answer); the outcome is delivered once, and the call forgotten."""
+        assert waiting.call is not None
         call = waiting.call
         asked_progress = bool(ctx.meta and ctx.meta.get("progress_token") is not None)
         soft = None
         if not asked_progress and self._pending_after > 0:
             soft = time.monotonic() + self._pending_after
         hard = waiting.started + self._approval_timeout
-        while call.state in (State.PREPARED, State.AWAITING_APPROVAL):
+        while waiting.running is None and call.state in (
+            State.PREPARED,
+            State.AWAITING_APPROVAL,
+        ):
             now = time.monotonic()
             if now >= hard:
-                self._waiting.pop(key, None)
-                await self._abandon(call)
-                return _error_result(
-                    f"No approver decided call {call.execution_id} within "
-                    f"{self._approval_timeout:g} seconds; it was withdrawn."
-                )
+                # Decided meanwhile? Only a call still undecided is withdrawn.
+                call = await self._session.get_call(call.execution_id)
+                if call.state in (State.PREPARED, State.AWAITING_APPROVAL):
+                    self._drop(key, waiting)
+                    await self._abandon(call)
+                    return _error_result(
+                        f"No approver decided call {call.execution_id} within "
+                        f"{self._approval_timeout:g} seconds; it was withdrawn."
+                    )
+                break
             if soft is not None and now >= soft:
                 return _pending_result(call)
             if asked_progress:
@@ -308,19 +402,52 @@ class McpBridge:
                     now - waiting.started, message=_waiting_words(call)
                 )
             step = min(PROGRESS_EVERY, hard - now, (soft or hard) - now)
-            call = await self._session.approve(call.execution_id, wait=max(step, 0.0))
+            call = _kept(await self._session.approve(call.execution_id, wait=max(step, 0.0)))
             waiting.call = call
-        self._waiting.pop(key, None)
-        if call.state is State.DENIED:
-            return _denied(call.denial.description if call.denial else "", _denial_kind(call))
-        invoked = await self._session.invoke(
-            call.execution_id, request_id=waiting.invoke_request_id
-        )
+        if waiting.running is None:
+            if call.state is State.DENIED:
+                self._drop(key, waiting)
+                return _denied(call.denial.description if call.denial else "", _denial_kind(call))
+            # Not cancelled with the request: a client that gives up does not stop the run,
+            # and its repeat gets the outcome.
+            waiting.running = asyncio.ensure_future(self._invoke(waiting))
+        timeout = None if soft is None else max(soft - time.monotonic(), 0.0)
+        done, _ = await asyncio.wait({waiting.running}, timeout=timeout)
+        if not done:
+            return _running_result(call)
+        self._drop(key, waiting)
+        return waiting.running.result()
+
+    async def _invoke(self, waiting: _Waiting) -> types.CallToolResult:
+        assert waiting.call is not None
+        try:
+            invoked = await self._session.invoke(
+                waiting.call.execution_id, request_id=waiting.invoke_request_id
+            )
+        except CallgateClientError as exc:
+            return _error_result(f"callgate: {exc.reason or exc.code}: {exc.message}")
         return _call_result(invoked.result)
 
     async def _abandon(self, call: ToolCall) -> None:
         with contextlib.suppress(CallgateClientError):  # decided or gone meanwhile
             await self._session.cancel(call.execution_id)
+
+
+def _kept(call: ToolCall) -> ToolCall:
+    """What the bridge keeps of a waiting call (not its preview, which may be large)."""
+    return call.model_copy(update={"preview": None}) if call.preview is not None else call
+
+
+def _running_result(call: ToolCall) -> types.CallToolResult:
+    text = (
+        f"callgate: call {call.execution_id} ({call.summary}) was approved and is running. "
+        "Make exactly the same call again to get its outcome (it runs once)."
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content={"status": "running", "execution_id": call.execution_id},
+        is_error=True,
+    )
 
 
 def _waiting_words(call: ToolCall) -> str:
@@ -396,10 +523,12 @@ async def serve_stdio(
     """Serves MCP on stdin/stdout until stdin closes, over the named session `session_name`
     (default: the agent's own, `default_session_name`) on `target`, left open at exit."""
     async with CallgateClient(target, token=token) as client:
-        session = await client.open_session(
-            workspace, name=session_name or default_session_name(token)
-        )
-        server = McpBridge(session, approval_timeout, pending_after).server()
+        name = session_name or default_session_name(token)
+
+        async def reopen() -> ClientSession:
+            return await client.open_session(workspace, name=name)
+
+        server = McpBridge(await reopen(), approval_timeout, pending_after, reopen).server()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -440,11 +569,13 @@ async def serve_http(
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         base_url = f"http://{shown}:{bound_port}"
         async with CallgateClient(target, token=token) as client:
-            session = await client.open_session(
-                workspace, name=session_name or default_session_name(token)
-            )
+            name = session_name or default_session_name(token)
+
+            async def reopen() -> ClientSession:
+                return await client.open_session(workspace, name=name)
+
             app = (
-                McpBridge(session, approval_timeout, pending_after)
+                McpBridge(await reopen(), approval_timeout, pending_after, reopen)
                 .server()
                 .streamable_http_app(
                     streamable_http_path=_MCP_PATH,

@@ -191,21 +191,26 @@ def tool_info_to_proto(info: ToolInfo) -> tool_service_pb2.ToolInfo:
 EXACT_INTEGER_LIMIT = 2**53
 
 
-def arguments_text(request: tool_service_pb2.PrepareRequest) -> str:
-    """The call's arguments as one JSON object text, from `arguments_json` or from the
-    `arguments` Struct (integral numbers as integers); ARGUMENTS_INVALID for both at once, or
-    for an integral number a double cannot hold exactly."""
-    if not request.HasField("arguments"):
-        return request.arguments_json
+def check_struct_arguments(request: tool_service_pb2.PrepareRequest, max_bytes: int) -> None:
+    """The cheap checks of the Struct form, before any conversion: one form only, and no
+    larger than the arguments may be (its encoded size, which is about its JSON's)."""
     if request.arguments_json:
         raise arguments_invalid(
             "", "give the arguments either as arguments_json or as arguments, not both"
         )
-    return json.dumps(
-        _exact(json_format.MessageToDict(request.arguments), ""),
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    if request.arguments.ByteSize() > max_bytes:
+        raise arguments_invalid("", f"the arguments are larger than {max_bytes} bytes")
+
+
+def struct_arguments_text(request: tool_service_pb2.PrepareRequest) -> str:
+    """The `arguments` Struct as one JSON object text (integral numbers as integers);
+    ARGUMENTS_INVALID for an integral number a double cannot hold exactly, or a number that
+    is not finite. Costs time in proportion to its size: run it off the event loop."""
+    try:
+        decoded = json_format.MessageToDict(request.arguments)
+    except ValueError:
+        raise arguments_invalid("", "a number is not finite (NaN or infinity)") from None
+    return json.dumps(_exact(decoded, ""), ensure_ascii=False, separators=(",", ":"))
 
 
 def _exact(value: object, path: str) -> object:

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
+
 from callgate.server.core.calls import CallSnapshot
 from callgate.server.core.lifecycle import Lifecycle
 from callgate.server.core.tool import OutputSink
 from callgate.v1 import tool_service_pb2 as pb
 
 from ..core.fair_gate import SETTLED, FairGate
-from .convert import arguments_text, call_to_proto, session_to_proto, tool_info_to_proto
+from .convert import (
+    call_to_proto,
+    check_struct_arguments,
+    session_to_proto,
+    struct_arguments_text,
+    tool_info_to_proto,
+)
 from .exchange import ExchangeStream, check_operations, shutting_down
 from .handlers import Call, StreamHandler, UnaryHandler, acknowledged
 from .output_stream import OutputStream, StreamBudget
@@ -105,7 +113,14 @@ class ToolServicer:
         return pb.ListToolsResponse(tools=[tool_info_to_proto(i) for i in infos])
 
     async def prepare(self, request: pb.PrepareRequest, call: Call) -> pb.PrepareResponse:
-        arguments = arguments_text(request)
+        arguments = request.arguments_json
+        if request.HasField("arguments"):
+            # The caller's session first, the cheap checks next, and the conversion (its
+            # time grows with the Struct) in a worker thread, taking turns by session.
+            self.lifecycle.get_session(call.principal, request.session_id)
+            check_struct_arguments(request, self.lifecycle.settings.max_argument_bytes)
+            async with self.prepare_gate.turn(request.session_id):
+                arguments = await anyio.to_thread.run_sync(struct_arguments_text, request)
         await self.lifecycle.warm(
             call.principal,
             request.session_id,

@@ -57,8 +57,11 @@ async def test_a_struct_is_the_same_call_as_its_json(harness: Harness) -> None:
         ({"arguments": struct({"path": "a.txt", "end_line": 2.0**60})}, "arguments.end_line"),
         ({"arguments": struct({"path": "a.txt", "end_line": 2.5})}, "arguments.end_line"),
         ({"arguments": struct({"path": 7})}, "arguments.path"),
+        ({"arguments": struct({"path": "a.txt", "end_line": float("nan")})}, "arguments"),
+        ({"arguments": struct({"path": "a.txt", "end_line": float("inf")})}, "arguments"),
+        ({"arguments": struct({"path": "a" * (2 << 20)})}, "arguments"),
     ],
-    ids=["both-forms", "beyond-2^53", "not-integral", "wrong-type"],
+    ids=["both-forms", "beyond-2^53", "not-integral", "wrong-type", "nan", "infinity", "huge"],
 )
 async def test_bad_struct_arguments_are_invalid_naming_the_field(
     harness: Harness, forms: dict[str, object], field: str
@@ -69,6 +72,15 @@ async def test_bad_struct_arguments_are_invalid_naming_the_field(
     found = failure(raised.value)
     assert (found.code, found.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ARGUMENTS_INVALID")
     assert found.fields == [field]
+
+
+async def test_a_struct_for_a_session_of_nobodys_is_session_not_found(harness: Harness) -> None:
+    """The caller's session is checked before a Struct costs any conversion."""
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await prepare_with(
+            harness, "ses_nobodys", "ReadFile", arguments=struct({"path": "a", "end_line": 2.5})
+        )
+    assert failure(raised.value).reason == "SESSION_NOT_FOUND"
 
 
 async def test_a_struct_goes_through_the_exchange_stream_too(harness: Harness) -> None:
