@@ -68,9 +68,13 @@ async def test_an_approver_sees_the_pending_call_and_the_agent_watches_it_get_ap
                             )
                             assert decided.state is State.APPROVED
                         elif isinstance(item, Resolved):
-                            assert item == Resolved(
-                                execution_id=call.execution_id, state=State.APPROVED
+                            assert (item.execution_id, item.state) == (
+                                call.execution_id,
+                                State.APPROVED,
                             )
+                            # Who decided, and how: what the console lists as decided.
+                            assert item.decided_by == "approver"
+                            assert item.reason.startswith("approved by approver")
                             break
     assert states[0] is State.AWAITING_APPROVAL
     assert states[-1] is State.APPROVED
