@@ -129,6 +129,24 @@ def _content(result: ToolResult) -> str:
     return text
 
 
+async def _run_named(
+    session: ClientSession,
+    name: object,
+    arguments: object,
+    words: tuple[str, str],
+    wait: float | None,
+    loop_id: str,
+) -> ToolOutcome:
+    """A provider's call of the tool `name`, checked for its shape, then run; `words` are
+    what the provider's shape says when it names no tool, and what it calls the arguments."""
+    unnamed, called = words
+    if not isinstance(name, str) or not name:
+        return ToolOutcome(unnamed, True)
+    if not isinstance(arguments, str | Mapping):
+        return ToolOutcome(f"The {called} of {name} must be a JSON object.", True)
+    return await run_tool_call(session, name, arguments, wait=wait, loop_id=loop_id)
+
+
 async def run_openai_tool_call(
     session: ClientSession,
     tool_call: object,
@@ -158,12 +176,9 @@ async def run_openai_tool_call(
         function = _fields(function)
     name = function.get("name") if isinstance(function, Mapping) else None
     arguments = function.get("arguments", "{}") if isinstance(function, Mapping) else None
-    if not isinstance(name, str) or not name:
-        outcome = ToolOutcome("The tool call names no function.", True)
-    elif not isinstance(arguments, str | Mapping):
-        outcome = ToolOutcome(f"The arguments of {name} must be a JSON object.", True)
-    else:
-        outcome = await run_tool_call(session, name, arguments, wait=wait, loop_id=loop_id)
+    outcome = await _run_named(
+        session, name, arguments, ("The tool call names no function.", "arguments"), wait, loop_id
+    )
     content = f"Error: {outcome.content}" if outcome.is_error else outcome.content
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
@@ -174,14 +189,14 @@ async def _run_openai_response_call(
     call_id = fields.get("call_id")
     if not isinstance(call_id, str) or not call_id:
         raise ValueError("an OpenAI function_call needs a string `call_id`")
-    name = fields.get("name")
-    arguments = fields.get("arguments", "{}")
-    if not isinstance(name, str) or not name:
-        outcome = ToolOutcome("The function call names no function.", True)
-    elif not isinstance(arguments, str | Mapping):
-        outcome = ToolOutcome(f"The arguments of {name} must be a JSON object.", True)
-    else:
-        outcome = await run_tool_call(session, name, arguments, wait=wait, loop_id=loop_id)
+    outcome = await _run_named(
+        session,
+        fields.get("name"),
+        fields.get("arguments", "{}"),
+        ("The function call names no function.", "arguments"),
+        wait,
+        loop_id,
+    )
     output = f"Error: {outcome.content}" if outcome.is_error else outcome.content
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
@@ -204,14 +219,14 @@ async def run_anthropic_tool_use(
     use_id = block.get("id")
     if not isinstance(use_id, str) or not use_id:
         raise ValueError("an Anthropic tool_use block needs a string `id`")
-    name = block.get("name")
-    arguments = block.get("input", {})
-    if not isinstance(name, str) or not name:
-        outcome = ToolOutcome("The tool_use block names no tool.", True)
-    elif not isinstance(arguments, str | Mapping):
-        outcome = ToolOutcome(f"The input of {name} must be a JSON object.", True)
-    else:
-        outcome = await run_tool_call(session, name, arguments, wait=wait, loop_id=loop_id)
+    outcome = await _run_named(
+        session,
+        block.get("name"),
+        block.get("input", {}),
+        ("The tool_use block names no tool.", "input"),
+        wait,
+        loop_id,
+    )
     return {
         "type": "tool_result",
         "tool_use_id": use_id,
