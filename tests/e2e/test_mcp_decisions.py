@@ -11,60 +11,22 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from callgate.v1 import approval_service_pb2 as apb
-from callgate.v1 import audit_service_pb2, audit_service_pb2_grpc
 from tests.support.approvals import Watcher, approver, decide
-from tests.support.mcp_http import bridge_args, bridge_env
+from tests.support.mcp_http import prepared_calls, stdio_bridge, text_of
 from tests.support.server import Harness
 
 pytestmark = pytest.mark.anyio
 
 APPROVE = apb.DECISION_KIND_APPROVE_ONCE
 BOUND = 30.0
-
-
-@asynccontextmanager
-async def stdio_bridge(
-    harness: Harness, tmp_path: Path, *extra: str, read_timeout: float | None = None
-) -> AsyncIterator[ClientSession]:
-    """One `callgate mcp` process and an initialized client session on it."""
-    command, *args = bridge_args(harness, tmp_path, *extra)
-    params = StdioServerParameters(command=command, args=args, env=bridge_env())
-    with (tmp_path / "bridge-stderr").open("a") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read_stream, write_stream),
-            ClientSession(read_stream, write_stream, read_timeout_seconds=read_timeout) as session,
-        ):
-            with anyio.fail_after(20):
-                await session.initialize()
-            yield session
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
-
-
-async def prepared_calls(harness: Harness, tool: str) -> int:
-    """How many calls of `tool` the server's journal says were prepared."""
-    stub = audit_service_pb2_grpc.AuditServiceStub(harness.channel("admin"))
-    response = await stub.ListEvents(
-        audit_service_pb2.ListEventsRequest(
-            filter=audit_service_pb2.EventFilter(kind="call.prepared"), page_size=1000
-        )
-    )
-    return sum(1 for e in response.events if json.loads(e.data_json).get("tool") == tool)
 
 
 async def test_a_client_that_would_time_out_gets_a_pending_answer_and_the_outcome_on_repeat(

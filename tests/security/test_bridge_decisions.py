@@ -3,7 +3,6 @@ session, turn batches). Scratch file (git-ignored)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,8 +13,6 @@ import anyio
 import grpc
 import mcp_types as types
 import pytest
-from mcp.client.session import ClientSession as McpClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
@@ -26,14 +23,16 @@ from callgate.client import CallgateClient
 from callgate.server.core.models import ToolResult
 from callgate.server.core.tool import ToolContext
 from callgate.v1 import approval_service_pb2 as apb
-from callgate.v1 import audit_service_pb2, audit_service_pb2_grpc, tool_service_pb2
+from callgate.v1 import tool_service_pb2
 from tests.support.approvals import Watcher, approver, decide
 from tests.support.mcp_http import (
     bridge_args,
-    bridge_env,
     http_bridge,
     mcp_http_session,
+    prepared_calls,
     private_file,
+    stdio_bridge,
+    text_of,
 )
 from tests.support.server import Harness, serve
 from tests.support.status import failure
@@ -67,39 +66,6 @@ class SlowNote(Note):
 async def slow_harness(tmp_path: Path) -> AsyncIterator[Harness]:
     async with serve(tmp_path, extra_tools=[SlowNote()]) as running:
         yield running
-
-
-@asynccontextmanager
-async def stdio_bridge(
-    harness: Harness, tmp_path: Path, *extra: str, read_timeout: float | None = None
-) -> AsyncIterator[McpClientSession]:
-    command, *args = bridge_args(harness, tmp_path, *extra)
-    params = StdioServerParameters(command=command, args=args, env=bridge_env())
-    with (tmp_path / "bridge-stderr").open("a") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read_stream, write_stream),
-            McpClientSession(
-                read_stream, write_stream, read_timeout_seconds=read_timeout
-            ) as session,
-        ):
-            with anyio.fail_after(20):
-                await session.initialize()
-            yield session
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
-
-
-async def prepared_calls(harness: Harness, tool: str) -> int:
-    stub = audit_service_pb2_grpc.AuditServiceStub(harness.channel("admin"))
-    response = await stub.ListEvents(
-        audit_service_pb2.ListEventsRequest(
-            filter=audit_service_pb2.EventFilter(kind="call.prepared"), page_size=1000
-        ),
-        timeout=10,
-    )
-    return sum(1 for e in response.events if json.loads(e.data_json).get("tool") == tool)
 
 
 # ------------------------------------------------------------------ repeat during the run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -10,9 +11,13 @@ from pathlib import Path
 
 import anyio
 import httpx2
+import mcp_types as types
 from anyio.abc import Process
 from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+from callgate.v1 import audit_service_pb2, audit_service_pb2_grpc
 
 from .server import Harness
 
@@ -84,3 +89,37 @@ async def mcp_http_session(url: str, http_token: str) -> AsyncIterator[ClientSes
         with anyio.fail_after(20):
             await session.initialize()
         yield session
+
+
+@asynccontextmanager
+async def stdio_bridge(
+    harness: Harness, tmp_path: Path, *extra: str, read_timeout: float | None = None
+) -> AsyncIterator[ClientSession]:
+    """One `callgate mcp` process over stdio and an initialized client session on it (its
+    stderr appended to `tmp_path/bridge-stderr`)."""
+    command, *args = bridge_args(harness, tmp_path, *extra)
+    params = StdioServerParameters(command=command, args=args, env=bridge_env())
+    with (tmp_path / "bridge-stderr").open("a") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read_stream, write_stream),
+            ClientSession(read_stream, write_stream, read_timeout_seconds=read_timeout) as session,
+        ):
+            with anyio.fail_after(20):
+                await session.initialize()
+            yield session
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+async def prepared_calls(harness: Harness, tool: str) -> int:
+    """How many calls of `tool` the server's journal says were prepared."""
+    stub = audit_service_pb2_grpc.AuditServiceStub(harness.channel("admin"))
+    response = await stub.ListEvents(
+        audit_service_pb2.ListEventsRequest(
+            filter=audit_service_pb2.EventFilter(kind="call.prepared"), page_size=1000
+        ),
+        timeout=10,
+    )
+    return sum(1 for e in response.events if json.loads(e.data_json).get("tool") == tool)
