@@ -18,8 +18,8 @@ An MCP client (an IDE, an agent framework) sees callgate's tools as MCP tools:
   that every connection, process and stateless request of one agent finds the same session:
   what it read, its processes, its session approvals. It is not closed when the bridge exits;
   the server closes it when idle, and the bridge then opens it again by name. The calls a
-  bridge answered as pending are its own: a bridge started for one call should wait for the
-  decision (`pending_after` 0).
+  bridge answered as pending are noted in a ledger of the session's (`mcp_pending`), so that
+  the same call made again through another bridge process follows that call.
 - An approved call runs in a task of the bridge's own: a client that gives up (its request
   timeout) does not stop it, and the repeat of the same call gets its outcome ("still
   running" until then); it runs once.
@@ -76,6 +76,7 @@ from callgate.client.errors import (
 from callgate.client.models import State, ToolCall, ToolResult, ToolSpec
 from callgate.client.session import ClientSession, new_batch_id
 
+from .mcp_pending import Ledger, default_ledger_dir
 from .mcp_token import StaticTokenVerifier, check_http_token
 
 __all__ = [
@@ -220,6 +221,7 @@ class McpBridge:
         approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
         pending_after: float = DEFAULT_PENDING_AFTER,
         reopen: OpenSession | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         if approval_timeout < 0:
             raise ValueError("approval_timeout must be zero or more seconds")
@@ -230,6 +232,7 @@ class McpBridge:
         self._approval_timeout = approval_timeout
         self._pending_after = pending_after
         self._waiting: OrderedDict[str, _Waiting] = OrderedDict()
+        self._ledger = ledger
         # One batcher per MCP session (a client's connection, by its Mcp-Session-Id); "" for
         # what has none (stdio: one client; stateless HTTP: this bridge's one agent).
         self._batches: OrderedDict[str, TurnBatches] = OrderedDict()
@@ -290,6 +293,8 @@ class McpBridge:
         self._forget_stale()
         try:
             waiting = self._waiting.get(key)
+            if waiting is None:
+                waiting = await self._resume(key, params.name)
             if waiting is not None:
                 await waiting.ready.wait()
                 if waiting.call is None:  # its Prepare failed: this one is a call of its own
@@ -341,10 +346,52 @@ class McpBridge:
         waiting.call = _kept(started.call)
         return None
 
+    async def _resume(self, key: str, name: str) -> _Waiting | None:
+        """The call another bridge of this session answered as pending for `key` (from the
+        ledger), when it is still there and of the tool asked for; else None."""
+        entry = self._ledger_do(lambda ledger: ledger.find(key))
+        if entry is None:
+            return None
+        try:
+            call = await self._with_session(lambda session: session.get_call(entry.execution_id))
+        except CallgateClientError:
+            call = None
+        if call is None or call.tool_name != name:
+            self._ledger_do(lambda ledger: ledger.drop(key))
+            return None
+        age = max(time.time() - call.create_time.timestamp(), 0.0) if call.create_time else 0.0
+        waiting = _Waiting(entry.invoke_request_id, started=time.monotonic() - age)
+        waiting.call = _kept(call)
+        waiting.ready.set()
+        self._waiting[key] = waiting
+        return waiting
+
+    def _ledger_do(self, operation: Callable[[Ledger], _T]) -> _T | None:
+        """`operation` on the ledger; a ledger that cannot be used is none (the bridge then
+        keeps its pending calls in memory only)."""
+        if self._ledger is None:
+            return None
+        try:
+            return operation(self._ledger)
+        except OSError as exc:
+            print(f"callgate: mcp: the pending-call ledger is not used: {exc}", file=sys.stderr)
+            self._ledger = None
+            return None
+
     def _drop(self, key: str, waiting: _Waiting) -> None:
         """Forget `key`'s entry, if it is still `waiting` (a newer call may hold the key)."""
         if self._waiting.get(key) is waiting:
             del self._waiting[key]
+            if waiting.call is not None:
+                self._ledger_do(lambda ledger: ledger.drop(key))
+
+    def _keep(self, key: str, waiting: _Waiting) -> None:
+        """Note the call answered as pending or running in the ledger, for the next bridge."""
+        if waiting.call is not None:
+            call = waiting.call
+            self._ledger_do(
+                lambda ledger: ledger.put(key, call.execution_id, waiting.invoke_request_id)
+            )
 
     def _forget_stale(self) -> None:
         """Forget entries nobody came back for: past the approval timeout and the call's
@@ -396,6 +443,7 @@ class McpBridge:
                     )
                 break
             if soft is not None and now >= soft:
+                self._keep(key, waiting)
                 return _pending_result(call)
             if asked_progress:
                 await ctx.session.report_progress(
@@ -414,6 +462,7 @@ class McpBridge:
         timeout = None if soft is None else max(soft - time.monotonic(), 0.0)
         done, _ = await asyncio.wait({waiting.running}, timeout=timeout)
         if not done:
+            self._keep(key, waiting)
             return _running_result(call)
         self._drop(key, waiting)
         return waiting.running.result()
@@ -528,7 +577,9 @@ async def serve_stdio(
         async def reopen() -> ClientSession:
             return await client.open_session(workspace, name=name)
 
-        server = McpBridge(await reopen(), approval_timeout, pending_after, reopen).server()
+        ledger = Ledger(default_ledger_dir(), name, approval_timeout + STALE_AFTER)
+        bridge = McpBridge(await reopen(), approval_timeout, pending_after, reopen, ledger)
+        server = bridge.server()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -574,8 +625,9 @@ async def serve_http(
             async def reopen() -> ClientSession:
                 return await client.open_session(workspace, name=name)
 
+            ledger = Ledger(default_ledger_dir(), name, approval_timeout + STALE_AFTER)
             app = (
-                McpBridge(await reopen(), approval_timeout, pending_after, reopen)
+                McpBridge(await reopen(), approval_timeout, pending_after, reopen, ledger)
                 .server()
                 .streamable_http_app(
                     streamable_http_path=_MCP_PATH,

@@ -131,6 +131,41 @@ async def test_a_bridge_per_call_shares_the_agents_session(
     assert (harness.workspace / "notes.txt").read_text() == "new\n"
 
 
+async def test_a_call_answered_as_pending_by_one_bridge_process_is_followed_by_the_next(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """A bridge per call on its defaults: the first process answers "awaiting an approver"
+    and ends; the approver decides; the same call made through a new process returns the
+    outcome of that call, which runs once, and no second call is prepared."""
+    (harness.workspace / "notes.txt").write_text("old\n")
+    arguments = {"path": "notes.txt", "content": "new\n"}
+    async with stdio_bridge(harness, tmp_path) as session:
+        with anyio.fail_after(BOUND):
+            await session.call_tool("ReadFile", {"path": "notes.txt"})
+    watcher = Watcher(approver(harness))
+    try:
+        async with stdio_bridge(harness, tmp_path, "--pending-after", "0.5") as session:
+            with anyio.fail_after(BOUND):
+                first = await session.call_tool("WriteFile", arguments)
+        assert first.structured_content is not None
+        assert first.structured_content["status"] == "awaiting_approval", text_of(first)
+        pending = await watcher.approval()
+        await decide(approver(harness), pending.call, APPROVE)
+        assert (harness.workspace / "notes.txt").read_text() == "old\n"  # nobody invoked it
+        async with stdio_bridge(harness, tmp_path, "--pending-after", "0.5") as session:
+            with anyio.fail_after(BOUND):
+                second = await session.call_tool("WriteFile", arguments)
+        async with stdio_bridge(harness, tmp_path, "--pending-after", "0.5") as session:
+            with anyio.fail_after(BOUND):
+                third = await session.call_tool("ReadFile", {"path": "notes.txt"})
+    finally:
+        watcher.cancel()
+    assert not second.is_error, text_of(second)
+    assert (harness.workspace / "notes.txt").read_text() == "new\n"
+    assert await prepared_calls(harness, "WriteFile") == 1
+    assert "new" in text_of(third)
+
+
 async def test_the_calls_of_one_turn_reach_the_approver_as_one_batch(
     harness: Harness, tmp_path: Path
 ) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,10 +27,15 @@ from .server import Harness
 CALLGATE = str(Path(sys.executable).with_name("callgate"))
 
 
+_RUNTIME = tempfile.mkdtemp(prefix="callgate-test-runtime-")
+atexit.register(shutil.rmtree, _RUNTIME, True)
+
+
 def bridge_env(**extra: str) -> dict[str, str]:
-    """This process's environment without CALLGATE_* variables (PYTHONPATH stays), plus `extra`."""
+    """This process's environment without CALLGATE_* variables (PYTHONPATH stays), plus `extra`;
+    XDG_RUNTIME_DIR (where bridges keep their pending-call ledgers) is the tests' own."""
     kept = {k: v for k, v in os.environ.items() if not k.startswith("CALLGATE_")}
-    return kept | extra
+    return kept | {"XDG_RUNTIME_DIR": _RUNTIME} | extra
 
 
 def private_file(path: Path, text: str, mode: int = 0o600) -> Path:
