@@ -10,7 +10,7 @@ PROTOS := $(wildcard proto/callgate/v1/*.proto)
 # both resolve them offline; their Python modules come from googleapis-common-protos.
 PROTO_INCLUDES := -I proto -I third_party/googleapis
 
-.PHONY: install install-system run test test-loaded lint typecheck proto proto-check buf-lint check bench image clean
+.PHONY: install install-langchain install-system run test test-loaded lint typecheck proto proto-check buf-lint check bench image clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,15 @@ $(STAMP): $(PY) pyproject.toml examples/websearch/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps -e examples/websearch
 	touch $(STAMP)
+
+# langchain-mcp-adapters (it needs mcp 1.x) in a venv of its own, as its users have it: the
+# tests drive `callgate mcp` with it from there.
+LANGCHAIN := .venv-langchain
+install-langchain: $(LANGCHAIN)/.installed
+$(LANGCHAIN)/.installed: tests/compat/langchain-requirements.txt
+	$(PYTHON) -m venv $(LANGCHAIN)
+	$(LANGCHAIN)/bin/python -m pip install --quiet -r tests/compat/langchain-requirements.txt
+	touch $@
 
 # Debian packages the tools use: bubblewrap (the Bash sandbox) and ripgrep (Grep); chromium
 # only for the web console's browser test (Playwright drives it; no browser is downloaded),
@@ -45,7 +54,7 @@ run: install install-system
 	$(VENV)/bin/callgate serve
 
 # Install everything and run the whole test suite.
-test: install install-system
+test: install install-langchain install-system
 	$(PY) -m pytest -q
 
 # The suite on a loaded machine (tests/loaded.py): two copies side by side while a busy server
@@ -102,4 +111,4 @@ image:
 	docker build -t callgate .
 
 clean:
-	rm -rf $(VENV) .tools build dist src/*.egg-info
+	rm -rf $(VENV) $(LANGCHAIN) .tools build dist src/*.egg-info
