@@ -495,7 +495,7 @@ def _running_result(call: ToolCall) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content={"status": "running", "execution_id": call.execution_id},
-        is_error=True,
+        is_error=False,
     )
 
 
@@ -523,7 +523,7 @@ def _pending_result(call: ToolCall) -> types.CallToolResult:
     if call.expire_time is not None:
         structured["expire_time"] = call.expire_time.astimezone(UTC).isoformat()
     return types.CallToolResult(
-        content=[types.TextContent(text=text)], structured_content=structured, is_error=True
+        content=[types.TextContent(text=text)], structured_content=structured, is_error=False
     )
 
 

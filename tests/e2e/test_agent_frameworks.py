@@ -14,7 +14,7 @@ import pytest
 
 from callgate.v1 import approval_service_pb2 as apb
 from tests.support.approvals import Watcher, approver, decide
-from tests.support.mcp_http import bridge_args, bridge_env
+from tests.support.mcp_http import bridge_args, bridge_env, prepared_calls
 from tests.support.server import Harness
 
 agents = pytest.importorskip("agents")
@@ -154,3 +154,55 @@ async def test_pydantic_ai_with_a_progress_handler_waits_for_a_slow_approver(
     assert (harness.workspace / "decided.txt").read_text() == ARGUMENTS["content"]
     assert any(f"call {pending.call.execution_id}" in message for message in heard)
     assert "awaiting" not in str(outcome[0].output)
+
+
+async def test_pydantic_ai_on_its_defaults_waits_for_a_slow_approver(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """pydantic-ai's MCP toolset on its defaults (a FastMCP client, no tasks package): its
+    client asks for progress on every call (FastMCP's default progress handler) and waits
+    300 s, so the bridge keeps it informed instead of answering early; the one call is
+    written once decided. Were it answered as pending, the script would repeat the call."""
+    pydantic_ai = pytest.importorskip("pydantic_ai")
+    mcp_toolsets = pytest.importorskip("pydantic_ai.mcp")
+    function_models = pytest.importorskip("pydantic_ai.models.function")
+    messages = pytest.importorskip("pydantic_ai.messages")
+    transports = pytest.importorskip("fastmcp.client.transports")
+    command, *args = bridge_args(harness, tmp_path)
+    calls: list[int] = []
+
+    def script(history: list[Any], info: Any) -> Any:
+        returned = [
+            part
+            for message in history
+            for part in getattr(message, "parts", [])
+            if isinstance(part, messages.ToolReturnPart | messages.RetryPromptPart)
+        ]
+        if not returned or "Make exactly the same call again" in str(returned[-1].content):
+            calls.append(1)
+            return messages.ModelResponse(
+                parts=[messages.ToolCallPart(tool_name="WriteFile", args=ARGUMENTS)]
+            )
+        return messages.ModelResponse(parts=[messages.TextPart(content=str(returned[-1].content))])
+
+    toolset = mcp_toolsets.MCPToolset(transports.StdioTransport(command, args, env=bridge_env()))
+    agent = pydantic_ai.Agent(function_models.FunctionModel(script), toolsets=[toolset])
+    watcher = Watcher(approver(harness))
+    outcome: list[Any] = []
+    try:
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as tasks:
+
+                async def run() -> None:
+                    outcome.append(await agent.run("Write the file."))
+
+                tasks.start_soon(run)
+                pending = await watcher.approval()
+                await anyio.sleep(APPROVER_TAKES)
+                await decide(approver(harness), pending.call, apb.DECISION_KIND_APPROVE_ONCE)
+    finally:
+        watcher.cancel()
+    assert (harness.workspace / "decided.txt").read_text() == ARGUMENTS["content"]
+    assert len(calls) == 1  # never answered as pending
+    assert "awaiting" not in str(outcome[0].output)
+    assert await prepared_calls(harness, "WriteFile") == 1

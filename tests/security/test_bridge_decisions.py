@@ -104,7 +104,8 @@ async def test_repeat_of_an_approved_call_that_outlasts_the_client_timeout_is_no
                         with anyio.fail_after(BOUND):
                             again = await session.call_tool("SlowNote", arguments)
                         outcomes.append(f"result is_error={again.is_error}: {text_of(again)[:160]}")
-                        done = not again.is_error
+                        status = (again.structured_content or {}).get("status")
+                        done = status not in ("awaiting_approval", "running")
                     except MCPError as exc:  # the client's own 5 s timeout
                         outcomes.append(f"MCPError {exc}")
                     scope.cancel()
