@@ -54,7 +54,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -77,6 +77,7 @@ from callgate.client.models import State, ToolCall, ToolResult, ToolSpec
 from callgate.client.session import ClientSession, new_batch_id
 
 from .mcp_pending import Ledger, default_ledger_dir
+from .mcp_tasks import TASKS_EXTENSION, TaskParams, TaskTable, UpdateTaskParams, opted_in
 from .mcp_token import StaticTokenVerifier, check_http_token
 
 __all__ = [
@@ -116,6 +117,8 @@ MAX_WAITING: Final = 1024
 STALE_AFTER: Final = 3600.0
 """Seconds past the approval timeout after which a kept call nobody came back for is
 forgotten (it has expired on the server by then)."""
+
+_UNDECIDED: Final = (State.PREPARED, State.AWAITING_APPROVAL)
 
 _MCP_PATH: Final = "/mcp"
 _T = TypeVar("_T")
@@ -233,21 +236,29 @@ class McpBridge:
         self._pending_after = pending_after
         self._waiting: OrderedDict[str, _Waiting] = OrderedDict()
         self._ledger = ledger
+        self._tasks = TaskTable()
         # One batcher per MCP session (a client's connection, by its Mcp-Session-Id); "" for
         # what has none (stdio: one client; stateless HTTP: this bridge's one agent).
         self._batches: OrderedDict[str, TurnBatches] = OrderedDict()
 
     def server(self) -> Server[Any]:
-        """A low-level MCP server whose tools are the session's."""
-        return Server(
+        """A low-level MCP server whose tools are the session's (with the tasks extension)."""
+        server: Server[Any] = Server(
             "callgate",
             instructions="Tools run through callgate's policy gate; a gated call waits for "
             "a human approver, and a denied call returns an error result with the reason. A "
             "call answered as awaiting an approver or still running: make exactly the same "
             "call again later to get its outcome (it never runs twice).",
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            # A task (resultType "task") is a mapping the runner passes through as the
+            # extension's own shape on the 2026-07-28 era, which is the only one it is sent on.
+            on_call_tool=cast(Any, self._on_call_tool),
         )
+        server.extensions[TASKS_EXTENSION] = {}
+        server.add_request_handler("tasks/get", TaskParams, self._tasks_get)
+        server.add_request_handler("tasks/cancel", TaskParams, self._tasks_cancel)
+        server.add_request_handler("tasks/update", UpdateTaskParams, self._tasks_update)
+        return server
 
     async def _with_session(self, operation: Callable[[ClientSession], Awaitable[_T]]) -> _T:
         """`operation` on the session; when the server closed it (idle), reopened by name
@@ -286,8 +297,22 @@ class McpBridge:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        """`tools/call` for a client without the tasks extension."""
+        answer = await self._call_tool(ctx, params, tasks=False)
+        assert isinstance(answer, types.CallToolResult)
+        return answer
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | dict[str, Any]:
+        return await self._call_tool(ctx, params, tasks=opted_in(ctx))
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, tasks: bool
+    ) -> types.CallToolResult | dict[str, Any]:
         """`tools/call`: Prepare -> Approve (waiting for a human if gated) -> Invoke; a repeat
-        of a call that waits, runs, or was answered as pending gets that same call."""
+        of a call that waits, runs, or was answered as pending gets that same call. With
+        `tasks`, a call that waits for an approver is answered with a task to poll."""
         arguments: Mapping[str, object] = params.arguments or {}
         key = call_key(params.name, arguments)
         self._forget_stale()
@@ -310,7 +335,21 @@ class McpBridge:
                         self._drop(key, waiting)
                 if started is not None:
                     return started
-            return await self._settle(ctx, key, waiting)
+            assert waiting.call is not None
+            if tasks and waiting.running is None and waiting.call.state in _UNDECIDED:
+                # The client polls a task instead of waiting on this request.
+                return self._tasks.start(
+                    self._settle(key, waiting, soft=None, report=None),
+                    describe=lambda: _task_words(waiting),
+                    withdraw=lambda: self._withdraw(key, waiting),
+                )
+            report = None
+            soft = None
+            if ctx.meta and ctx.meta.get("progress_token") is not None:
+                report = ctx.session.report_progress
+            elif self._pending_after > 0:
+                soft = time.monotonic() + self._pending_after
+            return await self._settle(key, waiting, soft=soft, report=report)
         except CallDeniedError as exc:
             return _denied(exc.denial.description, exc.kind)
         except InvalidArgumentsError as exc:
@@ -414,22 +453,20 @@ class McpBridge:
         return batches
 
     async def _settle(
-        self, ctx: ServerRequestContext[Any], key: str, waiting: _Waiting
+        self,
+        key: str,
+        waiting: _Waiting,
+        *,
+        soft: float | None,
+        report: Callable[..., Awaitable[None]] | None,
     ) -> types.CallToolResult:
-        """Wait for the call's decision (with progress, or up to the pending answer), then
-        run it in a task of the bridge's own and wait for that (again up to the pending
-        answer); the outcome is delivered once, and the call forgotten."""
+        """Wait for the call's decision (with progress when `report`, or until `soft` for the
+        pending answer), then run it in a task of the bridge's own and wait for that (again
+        until `soft`); the outcome is delivered once, and the call forgotten."""
         assert waiting.call is not None
         call = waiting.call
-        asked_progress = bool(ctx.meta and ctx.meta.get("progress_token") is not None)
-        soft = None
-        if not asked_progress and self._pending_after > 0:
-            soft = time.monotonic() + self._pending_after
         hard = waiting.started + self._approval_timeout
-        while waiting.running is None and call.state in (
-            State.PREPARED,
-            State.AWAITING_APPROVAL,
-        ):
+        while waiting.running is None and call.state in _UNDECIDED:
             now = time.monotonic()
             if now >= hard:
                 # Decided meanwhile? Only a call still undecided is withdrawn.
@@ -445,10 +482,8 @@ class McpBridge:
             if soft is not None and now >= soft:
                 self._keep(key, waiting)
                 return _pending_result(call)
-            if asked_progress:
-                await ctx.session.report_progress(
-                    now - waiting.started, message=_waiting_words(call)
-                )
+            if report is not None:
+                await report(now - waiting.started, message=_waiting_words(call))
             step = min(PROGRESS_EVERY, hard - now, (soft or hard) - now)
             call = _kept(await self._session.approve(call.execution_id, wait=max(step, 0.0)))
             waiting.call = call
@@ -481,10 +516,35 @@ class McpBridge:
         with contextlib.suppress(CallgateClientError):  # decided or gone meanwhile
             await self._session.cancel(call.execution_id)
 
+    async def _withdraw(self, key: str, waiting: _Waiting) -> None:
+        """A task cancelled by its client: the call is cancelled (undecided: withdrawn from
+        the approvers; running: stopped) and forgotten."""
+        self._drop(key, waiting)
+        if waiting.call is not None:
+            await self._abandon(waiting.call)
+
+    async def _tasks_get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> Any:
+        return await self._tasks.get(ctx, params)
+
+    async def _tasks_cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> Any:
+        return await self._tasks.cancel(ctx, params)
+
+    async def _tasks_update(self, ctx: ServerRequestContext[Any], params: UpdateTaskParams) -> Any:
+        return await self._tasks.update(ctx, params)
+
 
 def _kept(call: ToolCall) -> ToolCall:
     """What the bridge keeps of a waiting call (not its preview, which may be large)."""
     return call.model_copy(update={"preview": None}) if call.preview is not None else call
+
+
+def _task_words(waiting: _Waiting) -> str:
+    call = waiting.call
+    if call is None:
+        return "being prepared"
+    if waiting.running is not None:
+        return f"approved; call {call.execution_id} ({call.summary}) is running"
+    return _waiting_words(call)
 
 
 def _running_result(call: ToolCall) -> types.CallToolResult:
