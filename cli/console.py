@@ -28,10 +28,10 @@ from callgate.client.errors import CallgateClientError, CallStateError, NotFound
 from callgate.client.models import DecisionKind, PendingApproval, PendingQuestion, Resolved
 
 from .display import (
-    DECISION_PROMPT,
-    ONCE_ONLY_PROMPT,
     approve_once_only,
+    decision_prompt,
     render_approval,
+    render_change_set,
     render_question,
     render_resolved,
     visible,
@@ -48,6 +48,8 @@ _CHOICES: Final = {
     "always": DecisionKind.APPROVE_ALWAYS,
 }
 _DENY: Final = frozenset({"d", "deny"})
+_DRY_RUN: Final = frozenset({"r", "dry", "dry run"})
+_APPLY: Final = frozenset({"x", "apply"})
 _SKIP: Final = frozenset({"k", "skip"})
 _NOTE_PROMPT: Final = "note for the agent (why it is denied) ? "
 
@@ -202,10 +204,8 @@ class ApproverConsole:
                 self._write(f"answer ({numbers}text; empty line skips) ? ")
             case _, "note":
                 self._write(_NOTE_PROMPT)
-            case PendingApproval() as item, _ if approve_once_only(item):
-                self._write(ONCE_ONLY_PROMPT)
-            case _:
-                self._write(DECISION_PROMPT)
+            case PendingApproval() as item, _:
+                self._write(decision_prompt(item))
 
     def _show_next(self) -> None:
         self._current = self._queue.popleft() if self._queue else None
@@ -226,6 +226,7 @@ class ApproverConsole:
 
     def _on_pending(self, item: _Pending) -> None:
         if _item_id(item) in self._seen:
+            self._on_update(item)
             return
         self._seen.add(_item_id(item))
         self._queue.append(item)
@@ -242,6 +243,23 @@ class ApproverConsole:
             f"{len(self._queue)} waiting)\n"
         )
         self._prompt()
+
+    def _on_update(self, item: _Pending) -> None:
+        """An approval sent again with a dry run's change set (asked for by someone else, or
+        made by the server): the queued or shown item is replaced, and shown again."""
+        if not isinstance(item, PendingApproval) or item.change_set is None:
+            return
+        if self._current is not None and _item_id(self._current) == _item_id(item):
+            if isinstance(self._current, PendingApproval) and self._current.change_set != (
+                item.change_set
+            ):
+                self._current = item
+                self._write("\n" + render_change_set(item.change_set, colour=self._colour) + "\n")
+                self._prompt()
+            return
+        for index, queued in enumerate(self._queue):
+            if _item_id(queued) == _item_id(item):
+                self._queue[index] = item
 
     def _on_resolved(self, resolved: Resolved) -> None:
         execution_id = resolved.execution_id
@@ -281,6 +299,10 @@ class ApproverConsole:
             )
             self._prompt()
             return False
+        if word in _DRY_RUN and not current.dry_run_refusal:
+            return await self._dry_run(current)
+        if word in _APPLY and current.change_set is not None and current.change_set.applicable:
+            return await self._decide(current, DecisionKind.APPLY_CHANGES)
         if word in _CHOICES:
             return await self._decide(current, _CHOICES[word])
         if word in _DENY:
@@ -323,11 +345,30 @@ class ApproverConsole:
         self._show_next()
         return True
 
+    async def _dry_run(self, item: PendingApproval) -> bool:
+        """Asks for a dry run of the shown call and shows its change set; the call stays."""
+        self._write(f"dry run of {visible(item.execution_id)}: running it in the overlay...\n")
+        try:
+            change_set = await self._approvals.dry_run(item.execution_id, item.call.digest)
+        except CallgateClientError as error:
+            return self._failed(error)
+        if self._current is not None and _item_id(self._current) == item.execution_id:
+            self._current = item.model_copy(update={"change_set": change_set})
+        self._write(render_change_set(change_set, colour=self._colour) + "\n")
+        self._prompt()
+        return False
+
     async def _decide(self, item: PendingApproval, kind: DecisionKind, note: str = "") -> bool:
         call = item.call
         self._ours.add(call.execution_id)
         try:
-            decided = await self._approvals.decide(call.execution_id, call.digest, kind, note)
+            if kind is DecisionKind.APPLY_CHANGES:
+                assert item.change_set is not None
+                decided = await self._approvals.apply_changes(
+                    call.execution_id, call.digest, item.change_set.effect_digest, note
+                )
+            else:
+                decided = await self._approvals.decide(call.execution_id, call.digest, kind, note)
         except CallgateClientError as error:
             self._ours.discard(call.execution_id)
             return self._failed(error)

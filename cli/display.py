@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from callgate.client.models import (
+    ChangeSet,
     PendingApproval,
     PendingQuestion,
     Preview,
@@ -29,12 +30,16 @@ from callgate.client.models import (
 )
 
 __all__ = [
+    "APPLY_CHOICE",
     "DECISION_PROMPT",
+    "DRY_RUN_CHOICE",
     "ONCE_ONLY_PROMPT",
     "approve_once_only",
     "count_hidden",
+    "decision_prompt",
     "diff_classes",
     "render_approval",
+    "render_change_set",
     "render_question",
     "render_resolved",
     "render_rules",
@@ -43,6 +48,10 @@ __all__ = [
 
 DECISION_PROMPT: Final = "[o]nce  [s]ession  [a]lways  [d]eny  [k]skip ? "
 """The prompt an approver answers for a pending call."""
+DRY_RUN_CHOICE: Final = "[r]dry run  "
+"""Put before the prompt when the call can be dry-run."""
+APPLY_CHOICE: Final = "[x]apply exactly this  "
+"""Put before the prompt once a dry run's changes can be applied."""
 
 ONCE_ONLY_PROMPT: Final = "[o]nce  [d]eny  [k]skip (only a human can approve this, once) ? "
 """The prompt for a call with a human-only requirement: no session or always decision."""
@@ -231,6 +240,55 @@ def _preview(out: _Lines, preview: Preview, colour: bool) -> None:
         out.add(f"    │ ({preview.omitted_bytes} bytes not shown)")
 
 
+def decision_prompt(item: PendingApproval) -> str:
+    """What the human may type for `item`: the dry run when it is offered, "apply exactly
+    this" once a dry run's changes can be applied."""
+    base = ONCE_ONLY_PROMPT if approve_once_only(item) else DECISION_PROMPT
+    extra = DRY_RUN_CHOICE if not item.dry_run_refusal else ""
+    if item.change_set is not None and item.change_set.applicable:
+        extra = APPLY_CHOICE + extra
+    return extra + base
+
+
+def render_change_set(change_set: ChangeSet, *, colour: bool = False) -> str:
+    """A dry run's change set: every changed path (diffs in full), the exit code and the ends
+    of the output, escaped again here."""
+    out = _Lines()
+    who = change_set.requested_by or "?"
+    out.add(f"  DRY RUN (asked by {out.safe(who)}): what the command would change")
+    if change_set.failure:
+        out.add(f"    the dry run did not complete: {out.safe(change_set.failure)}")
+    if change_set.unrepresentable:
+        out.add(
+            f"    cannot be applied: {out.safe(change_set.unrepresentable)} "
+            "(approve or deny the command)"
+        )
+    if not change_set.changes and not change_set.unrepresentable:
+        out.add("    no file in the workspace would change")
+    for change in change_set.changes:
+        mode = f" mode {change.mode:04o}" if change.mode and change.kind != "mode" else ""
+        out.add(f"    {out.safe(change.kind):<10}{out.safe(change.path)}{mode}")
+        lines = [line for line in change.detail.split("\n") if line]
+        for line, kind in zip(lines, diff_classes(lines), strict=True):
+            shown = out.safe(line.expandtabs(4))
+            code = _DIFF_COLOURS.get(kind)
+            if colour and code is not None:
+                shown = f"\x1b[{code}m{shown}\x1b[0m"
+            out.add(f"      │ {shown}")
+    if change_set.omitted_changes:
+        out.add(f"    ({change_set.omitted_changes} more changed paths not shown)")
+    code = "none (it did not exit)" if change_set.exit_code is None else str(change_set.exit_code)
+    out.add(f"    exit code {code}; output:")
+    for line in change_set.output_head.split("\n")[:-1] or []:
+        out.add(f"      │ {out.safe(line)}")
+    if change_set.omitted_output_bytes:
+        out.add(f"      │ ({change_set.omitted_output_bytes} bytes not shown)")
+    for line in change_set.output_tail.split("\n")[:-1] or []:
+        out.add(f"      │ {out.safe(line)}")
+    out.field("effect", change_set.effect_digest)
+    return out.text()
+
+
 def render_approval(
     item: PendingApproval, *, now: datetime | None = None, colour: bool = False
 ) -> str:
@@ -259,8 +317,13 @@ def render_approval(
         _preview(out, call.preview, colour)
     out.field("digest", call.digest)
     _candidates(out, item.candidates, approve_once_only(item))
+    if item.dry_run_refusal and item.command:
+        out.field("dry run", f"none: {item.dry_run_refusal}")
     out.field("deadline", _deadline(item.deadline, now))
-    return out.text()
+    text = out.text()
+    if item.change_set is not None:
+        text += "\n" + render_change_set(item.change_set, colour=colour)
+    return text
 
 
 def render_question(item: PendingQuestion, *, now: datetime | None = None) -> str:

@@ -49,10 +49,12 @@ from callgate.client.errors import (
 )
 from callgate.client.models import (
     AuditEvent,
+    ChangeSet,
     Decision,
     DecisionKind,
     Denial,
     DenialKind,
+    FileChange,
     InvokeResult,
     PendingApproval,
     PendingQuestion,
@@ -101,6 +103,7 @@ __all__ = [
     "CallStateError",
     "CallgateClient",
     "CallgateClientError",
+    "ChangeSet",
     "ClientSession",
     "DeadlineExceededError",
     "Decision",
@@ -109,6 +112,7 @@ __all__ = [
     "DenialKind",
     "EventPage",
     "FieldViolation",
+    "FileChange",
     "InternalServerError",
     "InvalidArgumentsError",
     "InvalidRequestError",

@@ -20,12 +20,20 @@ from callgate.client.conversion import (
     ApprovalItem,
     approval_item_from_proto,
     call_from_proto,
+    change_set_from_proto,
     pending_approval_from_proto,
     rule_effect_to_proto,
     rule_from_proto,
 )
 from callgate.client.errors import ProtocolError
-from callgate.client.models import DecisionKind, PendingApproval, Rule, RuleEffect, ToolCall
+from callgate.client.models import (
+    ChangeSet,
+    DecisionKind,
+    PendingApproval,
+    Rule,
+    RuleEffect,
+    ToolCall,
+)
 from callgate.client.transport import Transport
 from callgate.v1 import approval_service_pb2
 
@@ -96,6 +104,39 @@ class Approvals:
                     approval_service_pb2.RuleCandidate(kind=rule_kind, match=match)
                     for rule_kind, match in rules
                 ],
+            ),
+        )
+        if not response.HasField("call"):
+            raise ProtocolError(f"The server answered Decide of {execution_id} without the call.")
+        return call_from_proto(response.call)
+
+    async def dry_run(self, execution_id: str, digest: str) -> ChangeSet:
+        """Runs a pending call once in the dry-run sandbox (nothing reaches the workspace) and
+        returns what it would change; watchers get the approval again with it. Offered when
+        `PendingApproval.dry_run_refusal` is empty; DRY_RUN_BUSY while another dry run of the
+        session is under way."""
+        response = await self._transport.unary(
+            self._stub.DryRun,
+            approval_service_pb2.DryRunRequest(execution_id=execution_id, digest=digest),
+        )
+        if not response.HasField("change_set"):
+            raise ProtocolError(f"The server answered DryRun of {execution_id} without changes.")
+        return change_set_from_proto(response.change_set)
+
+    async def apply_changes(
+        self, execution_id: str, digest: str, effect_digest: str, note: str = ""
+    ) -> ToolCall:
+        """Decides "apply exactly this": the call's Invoke writes the change set its last dry
+        run showed (`effect_digest`), never running the command again; the write fails
+        `stale_workspace` (and writes nothing) when a changed path was edited since."""
+        response = await self._transport.unary(
+            self._stub.Decide,
+            approval_service_pb2.DecideRequest(
+                execution_id=execution_id,
+                digest=digest,
+                kind=approval_service_pb2.DECISION_KIND_APPLY_CHANGES,
+                note=note,
+                effect_digest=effect_digest,
             ),
         )
         if not response.HasField("call"):

@@ -13,10 +13,12 @@ from pydantic import JsonValue
 from callgate.client.errors import ProtocolError
 from callgate.client.models import (
     AuditEvent,
+    ChangeSet,
     Decision,
     DecisionKind,
     Denial,
     DenialKind,
+    FileChange,
     PendingApproval,
     PendingQuestion,
     Preview,
@@ -49,6 +51,7 @@ __all__ = [
     "STATES",
     "approval_item_from_proto",
     "call_from_proto",
+    "change_set_from_proto",
     "decision_from_proto",
     "denial_from_proto",
     "pending_approval_from_proto",
@@ -105,6 +108,7 @@ DECISION_KINDS: Final[Mapping[DecisionKind, approval_service_pb2.DecisionKind.Va
     DecisionKind.APPROVE_FOR_SESSION: approval_service_pb2.DECISION_KIND_APPROVE_FOR_SESSION,
     DecisionKind.APPROVE_ALWAYS: approval_service_pb2.DECISION_KIND_APPROVE_ALWAYS,
     DecisionKind.DENY: approval_service_pb2.DECISION_KIND_DENY,
+    DecisionKind.APPLY_CHANGES: approval_service_pb2.DECISION_KIND_APPLY_CHANGES,
 }
 
 ApprovalItem = PendingApproval | PendingQuestion | Resolved
@@ -135,6 +139,7 @@ def session_from_proto(message: session_pb2.Session) -> Session:
             if message.HasField("last_used_time")
             else None
         ),
+        dry_run=message.dry_run,
     )
 
 
@@ -266,6 +271,30 @@ def pending_approval_from_proto(message: approval_service_pb2.PendingApproval) -
         requested_by=message.requested_by,
         workspace=message.workspace,
         deadline=_optional_time(message.deadline, message.HasField("deadline")),
+        dry_run_refusal=message.dry_run_refusal,
+        change_set=change_set_from_proto(message.change_set)
+        if message.HasField("change_set")
+        else None,
+    )
+
+
+def change_set_from_proto(message: approval_service_pb2.ChangeSet) -> ChangeSet:
+    """A ChangeSet model."""
+    return ChangeSet(
+        changes=tuple(
+            FileChange(path=c.path, kind=c.kind, detail=c.detail, mode=c.mode, size=c.size)
+            for c in message.changes
+        ),
+        omitted_changes=message.omitted_changes,
+        exit_code=message.exit_code if message.HasField("exit_code") else None,
+        output_head=message.output_head,
+        output_tail=message.output_tail,
+        omitted_output_bytes=message.omitted_output_bytes,
+        unrepresentable=message.unrepresentable,
+        failure=message.failure,
+        effect_digest=message.effect_digest,
+        requested_by=message.requested_by,
+        time=_optional_time(message.time, message.HasField("time")),
     )
 
 

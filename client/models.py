@@ -99,6 +99,9 @@ class Session(_Frozen):
     # The name it was opened with (reopened by it), or "".
     name: str = ""
     last_used_time: datetime | None = None
+    # Whether approvers may dry-run its commands: "on_request", "gated", "off" or
+    # "unavailable: <why>".
+    dry_run: str = ""
 
 
 class Requirement(_Frozen):
@@ -239,6 +242,8 @@ class DecisionKind(enum.StrEnum):
     APPROVE_FOR_SESSION = "approve_for_session"
     APPROVE_ALWAYS = "approve_always"
     DENY = "deny"
+    # Apply exactly the change set of the call's last dry run (give its effect digest).
+    APPLY_CHANGES = "apply_changes"
 
 
 class RuleEffect(enum.StrEnum):
@@ -257,6 +262,41 @@ class RuleCandidate(_Frozen):
     description: str
 
 
+class FileChange(_Frozen):
+    """One path a dry run found the call would change (relative to the workspace)."""
+
+    path: str
+    # "created", "modified", "deleted", "mode", "directory" or "symlink"
+    kind: str
+    # A unified diff for text; else what changes (size and digest, a mode, a link's target).
+    detail: str
+    mode: int = 0
+    size: int = 0
+
+
+class ChangeSet(_Frozen):
+    """What a dry run found a pending call would change, shown to approvers only. Apply
+    exactly this with `Approvals.apply_changes(..., effect_digest)`."""
+
+    changes: tuple[FileChange, ...]
+    omitted_changes: int
+    exit_code: int | None
+    output_head: str
+    output_tail: str
+    omitted_output_bytes: int
+    # Why it cannot be applied (only approving the command remains); "" when it can.
+    unrepresentable: str
+    # Why the dry run did not complete; "" when it ran.
+    failure: str
+    effect_digest: str
+    requested_by: str
+    time: datetime | None
+
+    @property
+    def applicable(self) -> bool:
+        return not self.unrepresentable and not self.failure
+
+
 class PendingApproval(_Frozen):
     """A call waiting for a human decision, with everything an approver needs to decide it.
 
@@ -271,6 +311,9 @@ class PendingApproval(_Frozen):
     requested_by: str
     workspace: str
     deadline: datetime | None
+    # Why it has no dry run ("" when an approver may ask for one), and its last one's changes.
+    dry_run_refusal: str = "not offered"
+    change_set: ChangeSet | None = None
 
     @property
     def execution_id(self) -> str:

@@ -32,6 +32,8 @@ from callgate.server.config import ConfigError, ServerConfig, default_state_dir
 from callgate.server.core.approvals import Approvals
 from callgate.server.core.audit import Audit
 from callgate.server.core.board import ApprovalBoard
+from callgate.server.core.dry_runs import DryRuns
+from callgate.server.core.effects import DryRunSettings
 from callgate.server.core.gate import AccessDefaults, Gate
 from callgate.server.core.lifecycle import Lifecycle, LifecycleSettings
 from callgate.server.core.models import SandboxMode
@@ -53,6 +55,7 @@ from callgate.server.rpc.output_stream import StreamBudget
 from callgate.server.rpc.tool_service import ToolServicer
 from callgate.server.sandbox.bwrap import BwrapRunner, lifeline_works
 from callgate.server.sandbox.limits import CGROUP_RECORD, CommandLimiter, CommandLimits
+from callgate.server.sandbox.overlay import overlay_precondition
 from callgate.server.sandbox.probe import SandboxStatus, detect_sandbox
 from callgate.server.sandbox.runner import CommandRunner
 from callgate.server.sandbox.unconfined import UnconfinedRunner
@@ -303,6 +306,7 @@ SANDBOX_SECCOMP_METADATA = "callgate-sandbox-seccomp"
 SANDBOX_LIMITS_METADATA = "callgate-sandbox-limits"
 SANDBOX_LIMITS_CONDITION_METADATA = "callgate-sandbox-limits-condition"
 COMMAND_FAMILIES_METADATA = "callgate-command-families"
+DRY_RUN_METADATA = "callgate-dry-run"
 # Said at start, in health and in every Session when no sandbox holds command families.
 FAMILIES_GATED = (
     "command families (Bash(...:*) rules) allow nothing by themselves without the sandbox: "
@@ -317,7 +321,9 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
     `callgate-sandbox-limits-condition: ok|recreated|unavailable`, read at each Check: whether
     the command cgroups vanished and were made again, or cannot be, so commands are refused
     with `sandbox_unavailable`; `callgate-command-families: enforced|gated`: whether the
-    sandbox holds what command families promise, or they allow nothing by themselves): the
+    sandbox holds what command families promise, or they allow nothing by themselves;
+    `callgate-dry-run: on_request|gated|off|unavailable: <why>`: whether approvers can
+    dry-run commands): the
     health "details" an operator can read with `callgate health` or `grpcurl -v`, since
     HealthCheckResponse has no details field."""
 
@@ -328,6 +334,7 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
         limits: str = "none",
         condition: Callable[[], str] = lambda: "ok",
         families: str = "enforced",
+        dry_run: str = "off",
     ) -> None:
         super().__init__()
         self._trailer = (
@@ -335,6 +342,7 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
             (SANDBOX_SECCOMP_METADATA, "on" if seccomp else "off"),
             (SANDBOX_LIMITS_METADATA, limits),
             (COMMAND_FAMILIES_METADATA, families),
+            (DRY_RUN_METADATA, dry_run),
         )
         self._condition = condition
 
@@ -346,6 +354,19 @@ class SandboxReportingHealth(health.aio.HealthServicer):  # type: ignore[misc]  
         )
         response: health_pb2.HealthCheckResponse = await super().Check(request, context)
         return response
+
+
+def dry_run_status(config: ServerConfig, mode: SandboxMode) -> tuple[str, str]:
+    """Why dry runs cannot be made here ("" when they can: they need overlay mounts in the
+    sandbox, sandbox/overlay.py), and what health and GetSession say of them."""
+    if config.bash.dry_run == "off":
+        return "", "off"
+    unavailable = (
+        overlay_precondition()
+        if mode is SandboxMode.BWRAP
+        else "commands run without the sandbox here"
+    )
+    return unavailable, f"unavailable: {unavailable}" if unavailable else config.bash.dry_run
 
 
 def _check_socket_placement(config: ServerConfig, roots: list[Path]) -> None:
@@ -539,6 +560,7 @@ class App:
             else None
         )
         roots = [str(self.workspace), *(str(root) for root in allowed)]
+        dry_unavailable, dry_status = dry_run_status(config, self.runner.mode)
         self.lifecycle = Lifecycle(
             LifecycleSettings(
                 default_workspace=str(self.workspace),
@@ -562,6 +584,7 @@ class App:
                 max_retained_result_bytes=config.limits.max_retained_result_bytes,
                 tool_limits=_tool_limits(config),
                 session_state_root=str(self.state_dir / "sessions"),
+                dry_run=dry_status,
             ),
             self.tools,
             self.gate,
@@ -582,10 +605,20 @@ class App:
                 ),
             ),
         )
+        self._build_approvals(config, dry_unavailable)
+
+    def _build_approvals(self, config: ServerConfig, dry_unavailable: str) -> None:
+        """The approver's side: durable rules, decisions, dry runs, the audit reader."""
         # Workspace rules persisted by approvers; loaded into the rule book at start.
         self.rule_store = SqliteRuleStore(self.state_dir / RULES_DB)
         self.approvals = Approvals(self.lifecycle, self.rules, self.rule_store)
-        self.approval_servicer = ApprovalServicer(self.approvals)
+        self.dry_runs = DryRuns(
+            self.lifecycle,
+            config.bash.dry_run,
+            dry_unavailable,
+            DryRunSettings(config.bash.dry_run_timeout_seconds, config.bash.dry_run_max_bytes),
+        )
+        self.approval_servicer = ApprovalServicer(self.approvals, self.dry_runs)
         self.audit = Audit(self.journal)
         self.audit_servicer = AuditServicer(self.audit)
 
@@ -641,6 +674,7 @@ class App:
             limits=self.limiter.mechanism,
             condition=lambda: self.limiter.condition,
             families="enforced" if self.gate.families_enforced else "gated",
+            dry_run=self.dry_runs.status,
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         # v1 and v1alpha, with the protos' comments (rpc/reflection.py).

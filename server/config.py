@@ -217,6 +217,13 @@ class BashConfig(BaseModel):
     model_config = _STRICT
 
     env_passthrough: list[str] = Field(default_factory=list, max_length=256)
+    # Dry runs of pending commands (approvers see what a command would change, and may apply
+    # exactly that): "on_request" (an approver asks), "gated" (the server dry-runs every gated
+    # command that can have one before a human looks), "off".
+    dry_run: Literal["on_request", "gated", "off"] = "on_request"
+    dry_run_timeout_seconds: Annotated[float, Field(ge=1, le=600)] = 30.0
+    # What one dry run may write (its overlay's size), in bytes.
+    dry_run_max_bytes: Annotated[int, Field(ge=1 << 20, le=1 << 34)] = 64 << 20
 
     @field_validator("env_passthrough")
     @classmethod

@@ -85,6 +85,7 @@ KINDS: Final = {
     "session": DecisionKind.APPROVE_FOR_SESSION,
     "always": DecisionKind.APPROVE_ALWAYS,
     "deny": DecisionKind.DENY,
+    "apply": DecisionKind.APPLY_CHANGES,
 }
 
 _STATIC: Final = {
@@ -181,6 +182,7 @@ class Console:
             Route("/api/events", self.events, methods=["GET"]),
             Route("/api/decide", self.decide, methods=["POST"]),
             Route("/api/decide-batch", self.decide_batch, methods=["POST"]),
+            Route("/api/dry-run", self.dry_run, methods=["POST"]),
             Route("/api/answer", self.answer, methods=["POST"]),
             Route("/api/audit", self.audit, methods=["GET"]),
             Route("/api/preview", self.preview, methods=["GET"]),
@@ -380,14 +382,36 @@ class Console:
             session, data = await self._checked(request)
             client = self._client_for(session, data)
             kind = _kind(data)
-            call = await client.approvals.decide(
-                _text(data, "execution_id"),
-                _text(data, "digest"),
-                kind,
-                _text(data, "note", ""),
-                _rules(data),
-            )
+            if kind is DecisionKind.APPLY_CHANGES:
+                call = await client.approvals.apply_changes(
+                    _text(data, "execution_id"),
+                    _text(data, "digest"),
+                    _text(data, "effect_digest"),
+                    _text(data, "note", ""),
+                )
+            else:
+                call = await client.approvals.decide(
+                    _text(data, "execution_id"),
+                    _text(data, "digest"),
+                    kind,
+                    _text(data, "note", ""),
+                    _rules(data),
+                )
             return JSONResponse({"call": call.model_dump(mode="json")})
+
+        return await self._api(request, run)
+
+    async def dry_run(self, request: Request) -> Response:
+        """A dry run of a pending call; its change set also comes back on the event stream
+        (the approval sent again), for every approver watching."""
+
+        async def run(request: Request) -> Response:
+            session, data = await self._checked(request)
+            client = self._client_for(session, data)
+            change_set = await client.approvals.dry_run(
+                _text(data, "execution_id"), _text(data, "digest")
+            )
+            return JSONResponse({"change_set": change_set.model_dump(mode="json")})
 
         return await self._api(request, run)
 
@@ -490,7 +514,7 @@ def _rules(data: dict[str, JsonValue]) -> list[tuple[str, str]]:
 def _kind(data: dict[str, JsonValue]) -> DecisionKind:
     kind = KINDS.get(str(data.get("kind", "")))
     if kind is None:
-        raise Refused(400, "kind must be once, session, always or deny.")
+        raise Refused(400, "kind must be once, session, always, deny or apply.")
     return kind
 
 

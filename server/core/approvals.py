@@ -40,6 +40,9 @@ class ApproverDecision(enum.StrEnum):
     APPROVE_FOR_SESSION = "approve_for_session"
     APPROVE_ALWAYS = "approve_always"
     DENY = "deny"
+    # Apply exactly the change set of the call's last dry run (bound to its effect digest):
+    # Invoke writes it and never runs the command again.
+    APPLY_CHANGES = "apply_changes"
 
 
 class RuleStore(Protocol):
@@ -90,11 +93,13 @@ class Approvals:
         kind: ApproverDecision | None,
         note: str,
         chosen: Sequence[tuple[str, str]] = (),
+        effect: str = "",
     ) -> CallSnapshot:
         """Decide one call; `chosen` are the (kind, match) rules a session or always decision
-        saves, each one offered for the call (empty: every offered one)."""
+        saves, each one offered for the call (empty: every offered one); `effect` the effect
+        digest an APPLY_CHANGES decision is bound to."""
         principal.require(Role.APPROVER)
-        record, decision = self._checked(principal, execution_id, digest, kind, note)
+        record, decision = self._checked(principal, execution_id, digest, kind, note, effect=effect)
         rules = self._rules(principal, record, decision, chosen)
         return (await self._apply(principal, [(record, decision, note)], [rules]))[0]
 
@@ -102,7 +107,7 @@ class Approvals:
         self,
         principal: Principal,
         requests: Sequence[
-            tuple[str, str, ApproverDecision | None, str, Sequence[tuple[str, str]]]
+            tuple[str, str, ApproverDecision | None, str, Sequence[tuple[str, str]], str]
         ],
     ) -> list[CallSnapshot]:
         """Decide every (execution_id, digest, kind, note, chosen rules) or none: each is
@@ -118,13 +123,15 @@ class Approvals:
         checked: list[tuple[CallRecord, ApproverDecision, str]] = []
         rules: list[list[Rule]] = []
         seen: set[str] = set()
-        for index, (execution_id, digest, kind, note, chosen) in enumerate(requests):
+        for index, (execution_id, digest, kind, note, chosen, effect) in enumerate(requests):
             where = f"requests[{index}]."
             if execution_id in seen:
                 raise request_invalid(where + "execution_id", "the call is named twice")
             seen.add(execution_id)
             try:
-                record, decision = self._checked(principal, execution_id, digest, kind, note, where)
+                record, decision = self._checked(
+                    principal, execution_id, digest, kind, note, where, effect
+                )
                 rules.append(self._rules(principal, record, decision, chosen))
             except CallgateError as exc:
                 exc.metadata.setdefault("execution_id", execution_id)
@@ -152,9 +159,10 @@ class Approvals:
         kind: ApproverDecision | None,
         note: str,
         where: str = "",
+        effect: str = "",
     ) -> tuple[CallRecord, ApproverDecision]:
-        """Every check of one decision, with no await: the call, its state, the digest, and
-        whether a rule may come of it."""
+        """Every check of one decision, with no await: the call, its state, the digest, the
+        effect digest of an APPLY_CHANGES, and whether a rule may come of it."""
         if not execution_id:
             raise request_invalid(where + "execution_id", "the execution_id is required")
         if not digest:
@@ -171,6 +179,12 @@ class Approvals:
             raise FailedPrecondition(
                 "DIGEST_MISMATCH",
                 "The digest is not the call's digest; decide on the call as it is shown now.",
+            )
+        if kind is ApproverDecision.APPLY_CHANGES:
+            _check_effect(record, effect, where)
+        elif effect:
+            raise request_invalid(
+                where + "effect_digest", "an effect digest goes only with APPLY_CHANGES"
             )
         if kind in (ApproverDecision.APPROVE_FOR_SESSION, ApproverDecision.APPROVE_ALWAYS) and any(
             self.lifecycle.gate.needs_human(r) for r in record.requirements
@@ -262,12 +276,15 @@ class Approvals:
         # A cancel may have come while the rules were written; they stay (they were decided).
         for record, _, _ in checked:
             _check_decidable(record)
+        for record, kind, _ in checked:
+            if kind is ApproverDecision.APPLY_CHANGES:
+                record.apply_plan = record.dry_run_plan
         snapshots = [
             self.lifecycle.decide_by_human(
                 record,
                 principal.name,
                 kind is not ApproverDecision.DENY,
-                note,
+                _applying(record, note) if kind is ApproverDecision.APPLY_CHANGES else note,
                 tuple(r.rule_id for r in saved),
             )
             for (record, kind, note), saved in zip(checked, rules, strict=True)
@@ -418,3 +435,30 @@ def _check_decidable(record: CallRecord) -> None:
             else "Another approver is deciding this call.",
             metadata={"state": record.state.value},
         )
+
+
+def _check_effect(record: CallRecord, effect: str, where: str) -> None:
+    """APPLY_CHANGES is bound to the last dry run's effect digest, and needs a change set that
+    can be applied."""
+    if not effect:
+        raise request_invalid(
+            where + "effect_digest", "APPLY_CHANGES needs the effect digest of the dry run shown"
+        )
+    if record.dry_run is None or effect != record.dry_run.effect_digest:
+        raise FailedPrecondition(
+            "EFFECT_MISMATCH",
+            "The effect digest is not that of the call's last dry run; decide on the change set "
+            "as it is shown now.",
+        )
+    if record.dry_run_plan is None:
+        why = record.dry_run.unrepresentable or record.dry_run.failure or "nothing to apply"
+        raise FailedPrecondition(
+            "NOTHING_TO_APPLY",
+            f"The dry run's changes cannot be applied ({why}); approve or deny the command.",
+        )
+
+
+def _applying(record: CallRecord, note: str) -> str:
+    assert record.dry_run is not None
+    words = f"apply exactly the dry run's changes (effect {record.dry_run.effect_digest[:12]})"
+    return f"{words}: {note}" if note else words

@@ -10,15 +10,18 @@ current pending items again). Everything runs on the event loop; no method await
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 import anyio
 
 from .calls import CallSnapshot
+from .effects import ChangeSet
 from .errors import CallgateError, ResourceExhausted, Unavailable
 from .models import Requirement, RuleCandidate, State
 
@@ -39,10 +42,23 @@ class PendingApproval:
     requested_by: str
     workspace: str
     deadline: datetime
+    # Why the call has no dry run ("" when an approver may ask for one: core/dry_runs.py),
+    # and the last dry run's change set, once there is one.
+    dry_run_refusal: str = "not offered"
+    change_set: ChangeSet | None = None
 
     @property
     def execution_id(self) -> str:
         return self.call.execution_id
+
+
+class BoardHooks(Protocol):
+    """What the dry runs add to the board: whether each new approval can have one
+    (`annotate`), and the dry run the server makes itself in "gated" mode (`published`)."""
+
+    def annotate(self, item: PendingApproval) -> PendingApproval: ...
+
+    def published(self, item: PendingApproval) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +137,7 @@ class ApprovalBoard:
         self._questions: dict[str, Question] = {}
         self._subscribers: set[Subscription] = set()
         self._closed = False
+        self.hooks: BoardHooks | None = None
 
     @property
     def pending_count(self) -> int:
@@ -158,7 +175,21 @@ class ApprovalBoard:
 
     def publish(self, item: PendingApproval) -> None:
         """A call started waiting for a human decision."""
+        if self.hooks is not None:
+            item = self.hooks.annotate(item)
         self._pending[item.execution_id] = item
+        self._broadcast(item)
+        if self.hooks is not None:
+            self.hooks.published(item)
+
+    def attach(self, execution_id: str, change_set: ChangeSet) -> None:
+        """A dry run of a pending call ended: approvers get the approval again, with its
+        change set (no-op when the call is no longer pending)."""
+        item = self._pending.get(execution_id)
+        if not isinstance(item, PendingApproval):
+            return
+        item = dataclasses.replace(item, change_set=change_set)
+        self._pending[execution_id] = item
         self._broadcast(item)
 
     def resolve(

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import anyio
 
+from .effects import ChangeSet
 from .models import Decision, Denial, Preview, Requirement, RuleCandidate, State, ToolResult
 from .tool import Artifact, Prepared
 
@@ -114,6 +115,12 @@ class CallRecord:
     preview: Preview | None = None
     # Created only when someone watches the call, so the hot path pays nothing otherwise.
     _changed: anyio.Event | None = None
+    # The last dry run (core/dry_runs.py): what approvers were shown, and the tool's plan to
+    # apply it; `apply_plan` once an approver chose "apply exactly this" (Invoke applies it
+    # instead of running the call). Let go once the call ends (core/retention.py).
+    dry_run: ChangeSet | None = None
+    dry_run_plan: object | None = None
+    apply_plan: object | None = None
 
     def snapshot(self) -> CallSnapshot:
         return CallSnapshot(

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 
@@ -37,6 +38,7 @@ from .call_journal import journal_change
 from .calls import CallRecord, CallSnapshot, compute_digest
 from .decisions import CallDecisions
 from .definitions import BuildScope
+from .effects import DryRunnable
 from .errors import (
     CallgateError,
     FailedPrecondition,
@@ -49,7 +51,7 @@ from .errors import (
 )
 from .fair_gate import FairGate
 from .gate import Gate
-from .journal import Journal, NullJournal
+from .journal import Journal, JsonValue, NullJournal
 from .models import RequirementKind, State, ToolInfo, ToolResult
 from .paths import ProtectedPaths, Workspace, is_within, lexical_path, real_path
 from .principals import Principal, Role
@@ -131,6 +133,37 @@ class Lifecycle:
     def attach_task_group(self, spawn: Spawn) -> None:
         """Give session resources a task group to run their background tasks in."""
         self._spawn = spawn
+
+    def spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `task` in the server's task group (dry runs the server makes on its own)."""
+        if self._spawn is None:
+            raise RuntimeError("no task group is attached to the lifecycle")
+        self._spawn(task)
+
+    def call_record(self, execution_id: str) -> CallRecord | None:
+        """An open session's call by its ID (for the server's own use, not a principal's)."""
+        record = self._calls_by_id.get(execution_id)
+        return record if record is not None and record.session_id in self._sessions else None
+
+    def tool_of(self, record: CallRecord) -> ToolPlugin | None:
+        """The tool of the loop that prepared an open session's call."""
+        session = self._sessions.get(record.session_id)
+        loop = session.loops.get(record.loop_id) if session is not None else None
+        return loop.tools.get(record.tool_name) if loop is not None else None
+
+    def dry_run_context(self, record: CallRecord) -> ToolContext:
+        """The context a dry run of an open session's call runs in: as its Invoke would,
+        with the programs deny families name masked."""
+        session = self._sessions[record.session_id]
+        return self._context(
+            session,
+            session.loops[record.loop_id],
+            None,
+            record.execution_id,
+            denied_programs=self.gate.rules.denied_programs(
+                session.session_id, session.workspace.root
+            ),
+        )
 
     # ------------------------------------------------------------------ sessions
 
@@ -540,7 +573,13 @@ class Lifecycle:
     async def _journal_invoked(self, session: Session, record: CallRecord, streamed: bool) -> None:
         """Journal `call.invoked`: committed before the tool runs, or, for a tool whose answer
         is its only effect invoked unary, left for the commit before the answer (Tool)."""
-        kind, data = "call.invoked", {"tool": record.tool_name, "digest": record.digest}
+        kind = "call.invoked"
+        data: dict[str, JsonValue] = {"tool": record.tool_name, "digest": record.digest}
+        if record.apply_plan is not None and record.dry_run is not None:
+            # The intent: exactly this change set is applied, the command does not run.
+            change_set = record.dry_run
+            data["apply"] = change_set.effect_digest
+            data["paths"] = len(change_set.changes) + change_set.omitted_changes
         ids = {"session_id": session.session_id, "execution_id": record.execution_id}
         if not streamed and self._tool(session, record).answer_only:
             self.journal.record(kind, **ids, principal=session.owner, data=data)
@@ -571,7 +610,10 @@ class Lifecycle:
             record.cancel_scope = scope
             try:
                 assert record.artifact is not None  # an open call keeps its artifact
-                result = await tool.invoke(record.artifact, ctx)
+                if record.apply_plan is not None:
+                    result = await self._apply(session, record, tool, ctx)
+                else:
+                    result = await tool.invoke(record.artifact, ctx)
             except CallgateError as error:
                 # The RPC reports the error, but the call must still end: left RUNNING it would
                 # count as open forever and an Invoke retry would wait for it indefinitely.
@@ -596,6 +638,25 @@ class Lifecycle:
             return None
         record.result = result
         record.move(State.FAILED if result.is_error else State.SUCCEEDED, self.clock.now())
+        return result
+
+    async def _apply(
+        self, session: Session, record: CallRecord, tool: ToolPlugin, ctx: ToolContext
+    ) -> ToolResult:
+        """ "Apply exactly this": the recorded change set instead of the command, and the paths
+        applied journaled after it (with the call's end)."""
+        if not isinstance(tool, DryRunnable) or record.artifact is None:
+            raise InternalError()
+        with anyio.CancelScope(shield=True):  # never stopped half-way through its paths
+            result = await tool.apply(record.artifact, record.apply_plan, ctx)
+        applied: JsonValue = json.loads(result.json).get("applied", []) if result.json else []
+        self.journal.record(
+            "call.applied",
+            session_id=session.session_id,
+            execution_id=record.execution_id,
+            principal=session.owner,
+            data={"paths": applied, "error": result.error_code},
+        )
         return result
 
     def _finish_cancelled(self, record: CallRecord) -> None:
@@ -933,4 +994,5 @@ class Lifecycle:
             labels=dict(session.labels),
             name=session.name,
             last_used_time=session.last_used,
+            dry_run=self.settings.dry_run,
         )

@@ -44,6 +44,15 @@ class SessionResources:
         self._spawn = spawn
         self._resources: dict[str, object] = {}
         self._closed = False
+        self._write_lock: anyio.Lock | None = None
+
+    @property
+    def write_lock(self) -> anyio.Lock:
+        """Held while a tool writes the workspace through the server (WriteFile, EditFile,
+        applying a dry run's change set), so that no two such writes interleave."""
+        if self._write_lock is None:
+            self._write_lock = anyio.Lock()
+        return self._write_lock
 
     def get(self, key: ResourceKey[T], factory: Callable[[], T]) -> T:
         """The session's instance for `key`, built by `factory` on first use."""

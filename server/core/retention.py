@@ -90,6 +90,7 @@ def kept_result(result: ToolResult, max_bytes: int) -> ToolResult:
 def release(record: CallRecord, max_result_bytes: int) -> None:
     """Let an ended call's raw arguments go: what remains is what GetCall returns."""
     record.artifact = None
+    record.dry_run = record.dry_run_plan = record.apply_plan = None
     record.candidates = ()
     record.command = ""
     record.working_directory = ""

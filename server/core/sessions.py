@@ -50,6 +50,8 @@ class LifecycleSettings:
     sandbox_warning: str = ""
     # The per-command limits' mechanism (sandbox/limits.py): cgroup-v2|cgroup-v1|rlimit|none.
     sandbox_limits: str = "none"
+    # Dry runs (core/dry_runs.py): "on_request", "gated", "off" or "unavailable: <why>".
+    dry_run: str = "off"
     call_ttl_seconds: float = 900.0
     # A named session unused this long (no open, call or running invocation) is closed.
     session_idle_seconds: float = 3600.0
@@ -83,6 +85,7 @@ class SessionSnapshot:
     labels: Mapping[str, str]
     name: str = ""
     last_used_time: datetime | None = None
+    dry_run: str = "off"
 
 
 @dataclass(eq=False, slots=True)

@@ -7,6 +7,8 @@ from typing import assert_never
 
 from callgate.server.core.approvals import Approvals, ApproverDecision
 from callgate.server.core.board import PendingApproval, PendingQuestion, Resolved
+from callgate.server.core.dry_runs import DryRuns
+from callgate.server.core.effects import ChangeSet
 from callgate.server.core.rules import Effect, Rule
 from callgate.v1 import approval_service_pb2 as pb
 
@@ -24,6 +26,7 @@ _DECISIONS: dict[int, ApproverDecision] = {
     pb.DECISION_KIND_APPROVE_FOR_SESSION: ApproverDecision.APPROVE_FOR_SESSION,
     pb.DECISION_KIND_APPROVE_ALWAYS: ApproverDecision.APPROVE_ALWAYS,
     pb.DECISION_KIND_DENY: ApproverDecision.DENY,
+    pb.DECISION_KIND_APPLY_CHANGES: ApproverDecision.APPLY_CHANGES,
 }
 
 _EFFECTS: dict[int, Effect] = {
@@ -54,10 +57,43 @@ def rule_to_proto(rule: Rule) -> pb.Rule:
     )
 
 
+def change_set_to_proto(change_set: ChangeSet) -> pb.ChangeSet:
+    """A change set as approvers see it (its text escaped like previews by the tool)."""
+    message = pb.ChangeSet(
+        changes=[
+            pb.FileChange(
+                path=c.path,
+                kind=c.kind,
+                detail=c.detail,
+                mode=c.mode or 0,
+                size=c.size,
+            )
+            for c in change_set.changes
+        ],
+        omitted_changes=change_set.omitted_changes,
+        output_head=change_set.output_head,
+        output_tail=change_set.output_tail,
+        omitted_output_bytes=change_set.omitted_output_bytes,
+        unrepresentable=change_set.unrepresentable,
+        failure=change_set.failure,
+        effect_digest=change_set.effect_digest,
+        requested_by=change_set.requested_by,
+    )
+    if change_set.exit_code is not None:
+        message.exit_code = change_set.exit_code
+    if change_set.time is not None:
+        message.time.CopyFrom(timestamp(change_set.time))
+    return message
+
+
 def item_to_proto(item: PendingApproval | PendingQuestion | Resolved) -> pb.WatchApprovalsResponse:
     if isinstance(item, PendingApproval):
         return pb.WatchApprovalsResponse(
             approval=pb.PendingApproval(
+                dry_run_refusal=item.dry_run_refusal,
+                change_set=change_set_to_proto(item.change_set)
+                if item.change_set is not None
+                else None,
                 call=call_to_proto(item.call),
                 candidates=[
                     pb.RuleCandidate(kind=c.kind, match=c.match, description=c.description)
@@ -95,8 +131,9 @@ def item_to_proto(item: PendingApproval | PendingQuestion | Resolved) -> pb.Watc
 class ApprovalServicer:
     """Handlers for every ApprovalService method."""
 
-    def __init__(self, approvals: Approvals) -> None:
+    def __init__(self, approvals: Approvals, dry_runs: DryRuns) -> None:
         self.approvals = approvals
+        self.dry_runs = dry_runs
 
     def handlers(self) -> dict[str, UnaryHandler | StreamHandler]:
         commit = self.approvals.lifecycle.journal.commit
@@ -105,6 +142,7 @@ class ApprovalServicer:
             "GetPendingApproval": self.get_pending_approval,
             "Decide": acknowledged(self.decide, commit),
             "DecideBatch": acknowledged(self.decide_batch, commit),
+            "DryRun": acknowledged(self.dry_run, commit),
             "Answer": acknowledged(self.answer, commit),
             "ListRules": self.list_rules,
             "CreateRule": acknowledged(self.create_rule, commit),
@@ -131,8 +169,13 @@ class ApprovalServicer:
             decision_from_proto(request.kind),
             request.note,
             [(rule.kind, rule.match) for rule in request.rules],
+            request.effect_digest,
         )
         return pb.DecideResponse(call=call_to_proto(snapshot))
+
+    async def dry_run(self, request: pb.DryRunRequest, call: Call) -> pb.DryRunResponse:
+        change_set = await self.dry_runs.run(call.principal, request.execution_id, request.digest)
+        return pb.DryRunResponse(change_set=change_set_to_proto(change_set))
 
     async def decide_batch(
         self, request: pb.DecideBatchRequest, call: Call
@@ -146,6 +189,7 @@ class ApprovalServicer:
                     decision_from_proto(r.kind),
                     r.note,
                     [(rule.kind, rule.match) for rule in r.rules],
+                    r.effect_digest,
                 )
                 for r in request.requests
             ],

@@ -169,6 +169,7 @@ def session_to_proto(session: SessionSnapshot) -> session_pb2.Session:
         labels=dict(session.labels),
         name=session.name,
         last_used_time=timestamp(session.last_used_time) if session.last_used_time else None,
+        dry_run=session.dry_run,
     )
 
 

@@ -327,7 +327,17 @@ def mount_plan(spec: CommandSpec, anchors: Mapping[str, int] | None = None) -> l
     for path in dict.fromkeys(binds):
         if path in hidden:
             continue
-        if not spec.read_only:
+        if spec.dry_run is not None:
+            # A dry run writes only into its overlay; HOME and TMPDIR are throwaway.
+            if path == spec.workspace:
+                mounts.append(
+                    _Mount(_depth(path), _WRITE, path, ("--bind", spec.dry_run.merged, path))
+                )
+            elif path in (spec.home, spec.tmp):
+                mounts.append(_Mount(_depth(path), _WRITE, path, ("--tmpfs", path)))
+            else:
+                mounts.append(_Mount(_depth(path), _WRITE, path, ("--ro-bind", path, path)))
+        elif not spec.read_only:
             mounts.append(_Mount(_depth(path), _WRITE, path, ("--bind", path, path)))
         elif path == spec.tmp:
             # Read-only sandbox: TMPDIR is a throwaway tmpfs, gone with the command.
@@ -338,7 +348,8 @@ def mount_plan(spec: CommandSpec, anchors: Mapping[str, int] | None = None) -> l
         rank = _READONLY if path in spec.readonly_paths else _PIN
         # A pinned directory inside a read-only one stays read-only.
         readonly = rank == _READONLY or any(is_within(path, r) for r in spec.readonly_paths)
-        option = "--ro-bind-fd" if readonly or spec.read_only else "--bind-fd"
+        keep_readonly = readonly or spec.read_only or spec.dry_run is not None
+        option = "--ro-bind-fd" if keep_readonly else "--bind-fd"
         mounts.append(_Mount(_depth(path), rank, path, (option, str(fd), path)))
     for path in dict.fromkeys(spec.masked_paths):
         # Inside a hidden directory a path is gone already; a mask would only add a mount.
@@ -424,6 +435,14 @@ def bwrap_argv(
         argv += ["--block-fd", str(block_fd)]
     argv += ["--", BASH, "-c", spec.command]
     return argv
+
+
+def _launch(spec: CommandSpec, argv: list[str]) -> tuple[list[str], list[int]]:
+    """What to start for bubblewrap's `argv`, and the fds the child gets that stay ours: a dry
+    run starts through the overlay helper, which execs bubblewrap (overlay.py)."""
+    if spec.dry_run is None:
+        return argv, []
+    return spec.dry_run.helper_argv(argv), [spec.dry_run.fd]
 
 
 def _check_sources(spec: CommandSpec) -> None:
@@ -721,7 +740,7 @@ class BwrapRunner:
     def _egress_of(self, spec: CommandSpec, env: dict[str, str]) -> EgressCall | None:
         """The call a command's proxy serves (None: no network at all), its variables added to
         `env`."""
-        egress = spec.egress if not spec.read_only else None
+        egress = spec.egress if not (spec.read_only or spec.dry_run is not None) else None
         if egress is None:
             return None
         if self.egress is None:
@@ -761,12 +780,13 @@ class BwrapRunner:
                 seccomp_fd=seccomp_fd,
                 block_fd=gate.block if gate is not None else None,
             )
+            argv, kept = _launch(spec, argv)
             child, output, stdin = await spawn(
                 argv,
                 env=env,
                 cwd="/",
                 stdin=spec.stdin,
-                pass_fds=passed,
+                pass_fds=[*passed, *kept],
             )
         except BaseException:
             proctree.close_fd(info_read)

@@ -11,6 +11,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ..core.models import SandboxMode
 from ..net.egress import EgressCall
+from .overlay import DryRunMount
 
 # Set for every command; config passthrough cannot replace them.
 FIXED_ENV_NAMES = frozenset(
@@ -76,6 +77,10 @@ class CommandSpec:
     # The read-only sandbox (a command allowed by read-only families only): the workspace,
     # the declarations and HOME bound read-only, TMPDIR a throwaway tmpfs, never a network.
     read_only: bool = False
+    # A dry run (overlay.py): the workspace is the overlay's merged directory (its changes go
+    # to the server's upper layer), HOME and TMPDIR throwaway tmpfs, everything else read-only,
+    # never a network. Only the bubblewrap runner can make one.
+    dry_run: DryRunMount | None = None
 
 
 class CommandStartError(Exception):

@@ -89,6 +89,11 @@ class ScriptedApprovalService(approval_service_pb2_grpc.ApprovalServiceServicer)
             calls.append((await self.Decide(decision, context)).call)
         return approval_service_pb2.DecideBatchResponse(calls=calls)
 
+    async def DryRun(
+        self, request: approval_service_pb2.DryRunRequest, context: Context
+    ) -> approval_service_pb2.DryRunResponse:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scripted server runs nothing")
+
     async def Answer(
         self, request: approval_service_pb2.AnswerRequest, context: Context
     ) -> approval_service_pb2.AnswerResponse:

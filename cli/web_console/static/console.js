@@ -263,6 +263,7 @@ function approvalCard(event) {
       text: call.preview.omitted_bytes + " more bytes are not shown; deny if you need to see them." }));
   }
   card.append(el("div", { class: "meta", text: "digest " + call.digest }));
+  if (event.change_set) card.append(changeSetBlock(event.change_set, seen));
   const warning = escapeWarning(seen);
   if (warning) card.append(warning);
   const note = el("input", { type: "text", placeholder: "note (shown to the agent on deny)",
@@ -276,6 +277,19 @@ function approvalCard(event) {
     button.addEventListener("click", () => decide(event, kind, note.value, buttons));
     buttons.push(button);
   }
+  const changes = event.change_set;
+  if (changes && !changes.unrepresentable && !changes.failure) {
+    const apply = el("button", { type: "button", class: "apply", "data-testid": "apply",
+                                 text: "Apply exactly this" });
+    apply.addEventListener("click", () => decide(event, "apply", note.value, buttons));
+    buttons.push(apply);
+  }
+  if (event.dry_run_refusal === "") {
+    const dry = el("button", { type: "button", "data-testid": "dry-run",
+                               text: changes ? "Dry run again" : "Dry run" });
+    dry.addEventListener("click", () => dryRun(event, dry));
+    buttons.push(dry);
+  }
   const deny = el("button", { type: "button", class: "deny", "data-testid": "deny", text: "Deny" });
   deny.addEventListener("click", () => decide(event, "deny", note.value, buttons));
   buttons.push(deny);
@@ -287,6 +301,62 @@ function approvalCard(event) {
   actions.append(auditButton);
   card.append(actions, audit);
   return card;
+}
+
+// A dry run's change set: each changed path (diffs coloured), the exit code, the ends of the
+// output, and why it cannot be applied when it cannot.
+function changeSetBlock(changes, seen) {
+  const block = el("section", { class: "changes", "data-testid": "change-set" });
+  block.append(el("h4", { text: "Dry run (asked by " + inert(changes.requested_by, seen) +
+                          "): what the command would change" }));
+  if (changes.failure) {
+    block.append(el("p", { class: "omitted", "data-testid": "dry-run-failure",
+                           text: "It did not complete: " + inert(changes.failure, seen) }));
+  }
+  if (changes.unrepresentable) {
+    block.append(el("p", { class: "omitted", "data-testid": "unrepresentable",
+                           text: "Cannot be applied: " + inert(changes.unrepresentable, seen) +
+                                 " — approve or deny the command." }));
+  }
+  if (!changes.changes.length && !changes.unrepresentable) {
+    block.append(el("p", { text: "No file in the workspace would change." }));
+  }
+  for (const c of changes.changes) {
+    block.append(el("div", { class: "change", "data-testid": "change", "data-kind": c.kind,
+                             "data-path": c.path },
+      el("strong", { text: c.kind }), " ", el("code", { text: inert(c.path, seen) })));
+    if (c.detail) {
+      const kind = c.kind === "modified" || c.kind === "created" ? "diff" : "text";
+      block.append(previewBlock({ kind, text: c.detail, omitted_bytes: 0 }, seen));
+    }
+  }
+  if (changes.omitted_changes) {
+    block.append(el("p", { class: "omitted",
+                           text: changes.omitted_changes + " more changed paths are not shown." }));
+  }
+  const exit = changes.exit_code === null ? "none (it did not exit)" : String(changes.exit_code);
+  block.append(el("p", { "data-testid": "exit-code", text: "Exit code " + exit + "; output:" }));
+  const output = changes.output_head +
+    (changes.omitted_output_bytes ? "[… " + changes.omitted_output_bytes + " bytes …]
+" : "") +
+    changes.output_tail;
+  block.append(previewBlock({ kind: "text", text: output, omitted_bytes: 0 }, seen));
+  block.append(el("div", { class: "meta", text: "effect " + changes.effect_digest }));
+  return block;
+}
+
+async function dryRun(event, button) {
+  button.disabled = true;
+  button.textContent = "Dry run under way…";
+  try {
+    await post("/api/dry-run", { target: event.target, execution_id: event.call.execution_id,
+                                 digest: event.call.digest });
+    notice("Dry run done: " + inert(event.call.summary, { count: 0 }) + ".", false);
+  } catch (error) {
+    notice(error.message, true);
+    button.disabled = false;
+    button.textContent = "Dry run";
+  }
 }
 
 async function loadPreview(event, card, waiting, seen, buttons) {
@@ -483,8 +553,10 @@ async function decide(event, kind, note, buttons) {
     const remembered = kind === "session" || kind === "always";
     const rules = remembered
       ? (event.candidates || []).map((c) => ({ kind: c.kind, match: c.match })) : [];
+    const effect = kind === "apply" ? event.change_set.effect_digest : "";
     await post("/api/decide", { target: event.target, execution_id: event.call.execution_id,
-                                digest: event.call.digest, kind, note, rules });
+                                digest: event.call.digest, kind, note, rules,
+                                effect_digest: effect });
     notice((kind === "deny" ? "Denied " : "Approved ") + inert(event.call.summary, { count: 0 }) +
            " on " + event.target + ".", false);
   } catch (error) {

@@ -26,17 +26,17 @@ from callgate.v1 import tool_call_pb2 as callgate_dot_v1_dot_tool__call__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"1\n\x19GetPendingApprovalRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"L\n\x1aGetPendingApprovalResponse\x12.\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApproval\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\x92\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\x12\x12\n\ndecided_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x97\x01\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\x12)\n\x05rules\x18\x05 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xae\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\x97\x05\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x65\n\x12GetPendingApproval\x12&.callgate.v1.GetPendingApprovalRequest\x1a\'.callgate.v1.GetPendingApprovalResponse\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"callgate/v1/approval_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15WatchApprovalsRequest\"1\n\x19GetPendingApprovalRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\"L\n\x1aGetPendingApprovalResponse\x12.\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApproval\"\xaf\x01\n\x16WatchApprovalsResponse\x12\x30\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x1c.callgate.v1.PendingApprovalH\x00\x12\x30\n\x08question\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PendingQuestionH\x00\x12)\n\x08resolved\x18\x03 \x01(\x0b\x32\x15.callgate.v1.ResolvedH\x00\x42\x06\n\x04item\"\xd7\x02\n\x0fPendingApproval\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12.\n\ncandidates\x18\x02 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\'\n\x05unmet\x18\x03 \x03(\x0b\x32\x18.callgate.v1.Requirement\x12\x0f\n\x07\x63ommand\x18\x04 \x01(\t\x12\x19\n\x11working_directory\x18\x05 \x01(\t\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64ry_run_refusal\x18\t \x01(\t\x12*\n\nchange_set\x18\n \x01(\x0b\x32\x16.callgate.v1.ChangeSet\"\xbd\x02\n\tChangeSet\x12(\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x17.callgate.v1.FileChange\x12\x17\n\x0fomitted_changes\x18\x02 \x01(\x05\x12\x16\n\texit_code\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0boutput_head\x18\x04 \x01(\t\x12\x13\n\x0boutput_tail\x18\x05 \x01(\t\x12\x1c\n\x14omitted_output_bytes\x18\x06 \x01(\x03\x12\x17\n\x0funrepresentable\x18\x07 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\x08 \x01(\t\x12\x15\n\reffect_digest\x18\t \x01(\t\x12\x14\n\x0crequested_by\x18\n \x01(\t\x12(\n\x04time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0c\n\n_exit_code\"T\n\nFileChange\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x0c\n\x04mode\x18\x04 \x01(\x05\x12\x0c\n\x04size\x18\x05 \x01(\x03\"5\n\rDryRunRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\"<\n\x0e\x44ryRunResponse\x12*\n\nchange_set\x18\x01 \x01(\x0b\x32\x16.callgate.v1.ChangeSet\"A\n\rRuleCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05match\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\xa2\x01\n\x0fPendingQuestion\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08question\x18\x03 \x01(\t\x12\x0f\n\x07\x63hoices\x18\x04 \x03(\t\x12\x14\n\x0crequested_by\x18\x05 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\x08Resolved\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12!\n\x05state\x18\x02 \x01(\x0e\x32\x12.callgate.v1.State\x12\x12\n\ndecided_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xae\x01\n\rDecideRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.callgate.v1.DecisionKind\x12\x0c\n\x04note\x18\x04 \x01(\t\x12)\n\x05rules\x18\x05 \x03(\x0b\x32\x1a.callgate.v1.RuleCandidate\x12\x15\n\reffect_digest\x18\x06 \x01(\t\"5\n\x0e\x44\x65\x63ideResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"B\n\x12\x44\x65\x63ideBatchRequest\x12,\n\x08requests\x18\x01 \x03(\x0b\x32\x1a.callgate.v1.DecideRequest\";\n\x13\x44\x65\x63ideBatchResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"5\n\rAnswerRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"\x10\n\x0e\x41nswerResponse\"\xad\x01\n\x04Rule\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x02 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05match\x18\x04 \x01(\t\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x0e\n\x06origin\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x10ListRulesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"5\n\x11ListRulesResponse\x12 \n\x05rules\x18\x01 \x03(\x0b\x32\x11.callgate.v1.Rule\"h\n\x11\x43reateRuleRequest\x12\'\n\x06\x65\x66\x66\x65\x63t\x18\x01 \x01(\x0e\x32\x17.callgate.v1.RuleEffect\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05match\x18\x03 \x01(\t\x12\r\n\x05scope\x18\x04 \x01(\t\"5\n\x12\x43reateRuleResponse\x12\x1f\n\x04rule\x18\x01 \x01(\x0b\x32\x11.callgate.v1.Rule\"$\n\x11\x44\x65leteRuleRequest\x12\x0f\n\x07rule_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65leteRuleResponse*\xcf\x01\n\x0c\x44\x65\x63isionKind\x12\x1d\n\x19\x44\x45\x43ISION_KIND_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x44\x45\x43ISION_KIND_APPROVE_ONCE\x10\x01\x12%\n!DECISION_KIND_APPROVE_FOR_SESSION\x10\x02\x12 \n\x1c\x44\x45\x43ISION_KIND_APPROVE_ALWAYS\x10\x03\x12\x16\n\x12\x44\x45\x43ISION_KIND_DENY\x10\x04\x12\x1f\n\x1b\x44\x45\x43ISION_KIND_APPLY_CHANGES\x10\x05*V\n\nRuleEffect\x12\x1b\n\x17RULE_EFFECT_UNSPECIFIED\x10\x00\x12\x15\n\x11RULE_EFFECT_ALLOW\x10\x01\x12\x14\n\x10RULE_EFFECT_DENY\x10\x02\x32\xda\x05\n\x0f\x41pprovalService\x12[\n\x0eWatchApprovals\x12\".callgate.v1.WatchApprovalsRequest\x1a#.callgate.v1.WatchApprovalsResponse0\x01\x12\x65\n\x12GetPendingApproval\x12&.callgate.v1.GetPendingApprovalRequest\x1a\'.callgate.v1.GetPendingApprovalResponse\x12\x41\n\x06\x44\x65\x63ide\x12\x1a.callgate.v1.DecideRequest\x1a\x1b.callgate.v1.DecideResponse\x12P\n\x0b\x44\x65\x63ideBatch\x12\x1f.callgate.v1.DecideBatchRequest\x1a .callgate.v1.DecideBatchResponse\x12\x41\n\x06\x44ryRun\x12\x1a.callgate.v1.DryRunRequest\x1a\x1b.callgate.v1.DryRunResponse\x12\x41\n\x06\x41nswer\x12\x1a.callgate.v1.AnswerRequest\x1a\x1b.callgate.v1.AnswerResponse\x12J\n\tListRules\x12\x1d.callgate.v1.ListRulesRequest\x1a\x1e.callgate.v1.ListRulesResponse\x12M\n\nCreateRule\x12\x1e.callgate.v1.CreateRuleRequest\x1a\x1f.callgate.v1.CreateRuleResponse\x12M\n\nDeleteRule\x12\x1e.callgate.v1.DeleteRuleRequest\x1a\x1f.callgate.v1.DeleteRuleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'callgate.v1.approval_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DECISIONKIND']._serialized_start=1963
-  _globals['_DECISIONKIND']._serialized_end=2137
-  _globals['_RULEEFFECT']._serialized_start=2139
-  _globals['_RULEEFFECT']._serialized_end=2225
+  _globals['_DECISIONKIND']._serialized_start=2578
+  _globals['_DECISIONKIND']._serialized_end=2785
+  _globals['_RULEEFFECT']._serialized_start=2787
+  _globals['_RULEEFFECT']._serialized_end=2873
   _globals['_WATCHAPPROVALSREQUEST']._serialized_start=113
   _globals['_WATCHAPPROVALSREQUEST']._serialized_end=136
   _globals['_GETPENDINGAPPROVALREQUEST']._serialized_start=138
@@ -46,39 +46,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHAPPROVALSRESPONSE']._serialized_start=268
   _globals['_WATCHAPPROVALSRESPONSE']._serialized_end=443
   _globals['_PENDINGAPPROVAL']._serialized_start=446
-  _globals['_PENDINGAPPROVAL']._serialized_end=720
-  _globals['_RULECANDIDATE']._serialized_start=722
-  _globals['_RULECANDIDATE']._serialized_end=787
-  _globals['_PENDINGQUESTION']._serialized_start=790
-  _globals['_PENDINGQUESTION']._serialized_end=952
-  _globals['_RESOLVED']._serialized_start=954
-  _globals['_RESOLVED']._serialized_end=1057
-  _globals['_DECIDEREQUEST']._serialized_start=1060
-  _globals['_DECIDEREQUEST']._serialized_end=1211
-  _globals['_DECIDERESPONSE']._serialized_start=1213
-  _globals['_DECIDERESPONSE']._serialized_end=1266
-  _globals['_DECIDEBATCHREQUEST']._serialized_start=1268
-  _globals['_DECIDEBATCHREQUEST']._serialized_end=1334
-  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1336
-  _globals['_DECIDEBATCHRESPONSE']._serialized_end=1395
-  _globals['_ANSWERREQUEST']._serialized_start=1397
-  _globals['_ANSWERREQUEST']._serialized_end=1450
-  _globals['_ANSWERRESPONSE']._serialized_start=1452
-  _globals['_ANSWERRESPONSE']._serialized_end=1468
-  _globals['_RULE']._serialized_start=1471
-  _globals['_RULE']._serialized_end=1644
-  _globals['_LISTRULESREQUEST']._serialized_start=1646
-  _globals['_LISTRULESREQUEST']._serialized_end=1684
-  _globals['_LISTRULESRESPONSE']._serialized_start=1686
-  _globals['_LISTRULESRESPONSE']._serialized_end=1739
-  _globals['_CREATERULEREQUEST']._serialized_start=1741
-  _globals['_CREATERULEREQUEST']._serialized_end=1845
-  _globals['_CREATERULERESPONSE']._serialized_start=1847
-  _globals['_CREATERULERESPONSE']._serialized_end=1900
-  _globals['_DELETERULEREQUEST']._serialized_start=1902
-  _globals['_DELETERULEREQUEST']._serialized_end=1938
-  _globals['_DELETERULERESPONSE']._serialized_start=1940
-  _globals['_DELETERULERESPONSE']._serialized_end=1960
-  _globals['_APPROVALSERVICE']._serialized_start=2228
-  _globals['_APPROVALSERVICE']._serialized_end=2891
+  _globals['_PENDINGAPPROVAL']._serialized_end=789
+  _globals['_CHANGESET']._serialized_start=792
+  _globals['_CHANGESET']._serialized_end=1109
+  _globals['_FILECHANGE']._serialized_start=1111
+  _globals['_FILECHANGE']._serialized_end=1195
+  _globals['_DRYRUNREQUEST']._serialized_start=1197
+  _globals['_DRYRUNREQUEST']._serialized_end=1250
+  _globals['_DRYRUNRESPONSE']._serialized_start=1252
+  _globals['_DRYRUNRESPONSE']._serialized_end=1312
+  _globals['_RULECANDIDATE']._serialized_start=1314
+  _globals['_RULECANDIDATE']._serialized_end=1379
+  _globals['_PENDINGQUESTION']._serialized_start=1382
+  _globals['_PENDINGQUESTION']._serialized_end=1544
+  _globals['_RESOLVED']._serialized_start=1546
+  _globals['_RESOLVED']._serialized_end=1649
+  _globals['_DECIDEREQUEST']._serialized_start=1652
+  _globals['_DECIDEREQUEST']._serialized_end=1826
+  _globals['_DECIDERESPONSE']._serialized_start=1828
+  _globals['_DECIDERESPONSE']._serialized_end=1881
+  _globals['_DECIDEBATCHREQUEST']._serialized_start=1883
+  _globals['_DECIDEBATCHREQUEST']._serialized_end=1949
+  _globals['_DECIDEBATCHRESPONSE']._serialized_start=1951
+  _globals['_DECIDEBATCHRESPONSE']._serialized_end=2010
+  _globals['_ANSWERREQUEST']._serialized_start=2012
+  _globals['_ANSWERREQUEST']._serialized_end=2065
+  _globals['_ANSWERRESPONSE']._serialized_start=2067
+  _globals['_ANSWERRESPONSE']._serialized_end=2083
+  _globals['_RULE']._serialized_start=2086
+  _globals['_RULE']._serialized_end=2259
+  _globals['_LISTRULESREQUEST']._serialized_start=2261
+  _globals['_LISTRULESREQUEST']._serialized_end=2299
+  _globals['_LISTRULESRESPONSE']._serialized_start=2301
+  _globals['_LISTRULESRESPONSE']._serialized_end=2354
+  _globals['_CREATERULEREQUEST']._serialized_start=2356
+  _globals['_CREATERULEREQUEST']._serialized_end=2460
+  _globals['_CREATERULERESPONSE']._serialized_start=2462
+  _globals['_CREATERULERESPONSE']._serialized_end=2515
+  _globals['_DELETERULEREQUEST']._serialized_start=2517
+  _globals['_DELETERULEREQUEST']._serialized_end=2553
+  _globals['_DELETERULERESPONSE']._serialized_start=2555
+  _globals['_DELETERULERESPONSE']._serialized_end=2575
+  _globals['_APPROVALSERVICE']._serialized_start=2876
+  _globals['_APPROVALSERVICE']._serialized_end=3606
 # @@protoc_insertion_point(module_scope)

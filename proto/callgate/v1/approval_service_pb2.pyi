@@ -41,6 +41,13 @@ class _DecisionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Decision
     """
     DECISION_KIND_DENY: _DecisionKind.ValueType  # 4
     """Deny the call with the note."""
+    DECISION_KIND_APPLY_CHANGES: _DecisionKind.ValueType  # 5
+    """Apply exactly the change set of the call's last dry run (DecideRequest.effect_digest):
+    Invoke writes it, each changed path only if it is unchanged since the dry run (else
+    nothing is written and the call fails stale_workspace), and never runs the command again.
+    The call's result is the dry run's output and exit code. NOTHING_TO_APPLY when the change
+    set cannot be applied. Never saves a rule.
+    """
 
 class DecisionKind(_DecisionKind, metaclass=_DecisionKindEnumTypeWrapper):
     """DecisionKind is what an approver decides."""
@@ -59,6 +66,13 @@ DECISION_KIND_APPROVE_FOR_SESSION for a call with a human_only requirement.
 """
 DECISION_KIND_DENY: DecisionKind.ValueType  # 4
 """Deny the call with the note."""
+DECISION_KIND_APPLY_CHANGES: DecisionKind.ValueType  # 5
+"""Apply exactly the change set of the call's last dry run (DecideRequest.effect_digest):
+Invoke writes it, each changed path only if it is unchanged since the dry run (else
+nothing is written and the call fails stale_workspace), and never runs the command again.
+The call's result is the dry run's output and exit code. NOTHING_TO_APPLY when the change
+set cannot be applied. Never saves a rule.
+"""
 Global___DecisionKind: _TypeAlias = DecisionKind  # noqa: Y015
 
 class _RuleEffect:
@@ -183,6 +197,8 @@ class PendingApproval(_message.Message):
     REQUESTED_BY_FIELD_NUMBER: _builtins.int
     WORKSPACE_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_REFUSAL_FIELD_NUMBER: _builtins.int
+    CHANGE_SET_FIELD_NUMBER: _builtins.int
     command: _builtins.str
     """For commands: the exact command that would run, and where."""
     working_directory: _builtins.str
@@ -190,6 +206,8 @@ class PendingApproval(_message.Message):
     """The principal that owns the session."""
     workspace: _builtins.str
     """The workspace root of the session."""
+    dry_run_refusal: _builtins.str
+    """Why the call has no dry run; empty when an approver may ask for one (DryRun)."""
     @_builtins.property
     def call(self) -> _tool_call_pb2.ToolCall:
         """The full call: tool, summary, every requirement, digest, times."""
@@ -213,6 +231,10 @@ class PendingApproval(_message.Message):
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """When the call stops waiting and is denied with DENIAL_KIND_APPROVAL_TIMEOUT."""
 
+    @_builtins.property
+    def change_set(self) -> Global___ChangeSet:
+        """The change set of the call's last dry run, once there is one."""
+
     def __init__(
         self,
         *,
@@ -224,14 +246,170 @@ class PendingApproval(_message.Message):
         requested_by: _builtins.str = ...,
         workspace: _builtins.str = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
+        dry_run_refusal: _builtins.str = ...,
+        change_set: Global___ChangeSet | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "deadline", b"deadline"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "change_set", b"change_set", "deadline", b"deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "candidates", b"candidates", "command", b"command", "deadline", b"deadline", "requested_by", b"requested_by", "unmet", b"unmet", "working_directory", b"working_directory", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "candidates", b"candidates", "change_set", b"change_set", "command", b"command", "deadline", b"deadline", "dry_run_refusal", b"dry_run_refusal", "requested_by", b"requested_by", "unmet", b"unmet", "working_directory", b"working_directory", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PendingApproval: _TypeAlias = PendingApproval  # noqa: Y015
+
+@_typing.final
+class ChangeSet(_message.Message):
+    """ChangeSet is what a dry run found a call would change, shown to approvers only."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGES_FIELD_NUMBER: _builtins.int
+    OMITTED_CHANGES_FIELD_NUMBER: _builtins.int
+    EXIT_CODE_FIELD_NUMBER: _builtins.int
+    OUTPUT_HEAD_FIELD_NUMBER: _builtins.int
+    OUTPUT_TAIL_FIELD_NUMBER: _builtins.int
+    OMITTED_OUTPUT_BYTES_FIELD_NUMBER: _builtins.int
+    UNREPRESENTABLE_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    EFFECT_DIGEST_FIELD_NUMBER: _builtins.int
+    REQUESTED_BY_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    omitted_changes: _builtins.int
+    exit_code: _builtins.int
+    """The command's exit code; unset when it did not exit (timed out, killed)."""
+    output_head: _builtins.str
+    """The first and last lines of its output (at most 40 lines, 4 KiB each), and the bytes
+    left out between them.
+    """
+    output_tail: _builtins.str
+    omitted_output_bytes: _builtins.int
+    unrepresentable: _builtins.str
+    """Why these changes cannot be applied (a special file, a hard link, over the size cap, a
+    symlink out of the workspace): only approving or denying the command remains. Empty
+    when they can.
+    """
+    failure: _builtins.str
+    """Why the dry run did not complete (timed out, could not start); empty when it ran."""
+    effect_digest: _builtins.str
+    """Binds DECISION_KIND_APPLY_CHANGES to exactly these changes: keyed with a secret of the
+    server's, so it cannot be computed elsewhere.
+    """
+    requested_by: _builtins.str
+    """The approver who asked for the dry run, or "policy" (the server's "gated" mode)."""
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileChange]:
+        """The changed paths, relative to the workspace (at most 200; the rest are counted in
+        omitted_changes).
+        """
+
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        changes: _abc.Iterable[Global___FileChange] | None = ...,
+        omitted_changes: _builtins.int = ...,
+        exit_code: _builtins.int | None = ...,
+        output_head: _builtins.str = ...,
+        output_tail: _builtins.str = ...,
+        omitted_output_bytes: _builtins.int = ...,
+        unrepresentable: _builtins.str = ...,
+        failure: _builtins.str = ...,
+        effect_digest: _builtins.str = ...,
+        requested_by: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code", "time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "changes", b"changes", "effect_digest", b"effect_digest", "exit_code", b"exit_code", "failure", b"failure", "omitted_changes", b"omitted_changes", "omitted_output_bytes", b"omitted_output_bytes", "output_head", b"output_head", "output_tail", b"output_tail", "requested_by", b"requested_by", "time", b"time", "unrepresentable", b"unrepresentable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
+    _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__exit_code) -> _WhichOneofReturnType__exit_code | None: ...
+
+Global___ChangeSet: _TypeAlias = ChangeSet  # noqa: Y015
+
+@_typing.final
+class FileChange(_message.Message):
+    """FileChange is one changed path of a change set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    kind: _builtins.str
+    """"created", "modified", "deleted", "mode", "directory" (created) or "symlink"."""
+    detail: _builtins.str
+    """A unified diff for text, else a line saying what changes (content size and digest, a
+    mode, a symlink's target); escaped like previews.
+    """
+    mode: _builtins.int
+    """The permission bits after the change; 0 when not set."""
+    size: _builtins.int
+    """The new content's size in bytes."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        detail: _builtins.str = ...,
+        mode: _builtins.int = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "kind", b"kind", "mode", b"mode", "path", b"path", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FileChange: _TypeAlias = FileChange  # noqa: Y015
+
+@_typing.final
+class DryRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_ID_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
+    execution_id: _builtins.str
+    digest: _builtins.str
+    """The digest the approver saw (ToolCall.digest)."""
+    def __init__(
+        self,
+        *,
+        execution_id: _builtins.str = ...,
+        digest: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "execution_id", b"execution_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DryRunRequest: _TypeAlias = DryRunRequest  # noqa: Y015
+
+@_typing.final
+class DryRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGE_SET_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def change_set(self) -> Global___ChangeSet: ...
+    def __init__(
+        self,
+        *,
+        change_set: Global___ChangeSet | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change_set", b"change_set"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change_set", b"change_set"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DryRunResponse: _TypeAlias = DryRunResponse  # noqa: Y015
 
 @_typing.final
 class RuleCandidate(_message.Message):
@@ -346,12 +524,18 @@ class DecideRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
+    EFFECT_DIGEST_FIELD_NUMBER: _builtins.int
     execution_id: _builtins.str
     digest: _builtins.str
     """The digest the approver saw (ToolCall.digest)."""
     kind: Global___DecisionKind.ValueType
     note: _builtins.str
     """Why; shown to the agent in the denial description for DENY, recorded otherwise."""
+    effect_digest: _builtins.str
+    """With DECISION_KIND_APPLY_CHANGES: the effect digest of the dry run shown
+    (ChangeSet.effect_digest); EFFECT_MISMATCH when it is not the last dry run's. Must be
+    empty with any other kind.
+    """
     @_builtins.property
     def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___RuleCandidate]:
         """With DECISION_KIND_APPROVE_FOR_SESSION or DECISION_KIND_APPROVE_ALWAYS: the rules the
@@ -369,10 +553,11 @@ class DecideRequest(_message.Message):
         kind: Global___DecisionKind.ValueType = ...,
         note: _builtins.str = ...,
         rules: _abc.Iterable[Global___RuleCandidate] | None = ...,
+        effect_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "execution_id", b"execution_id", "kind", b"kind", "note", b"note", "rules", b"rules"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "effect_digest", b"effect_digest", "execution_id", b"execution_id", "kind", b"kind", "note", b"note", "rules", b"rules"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -58,6 +58,11 @@ class ApprovalServiceStub:
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.FromString,
                 _registered_method=True)
+        self.DryRun = channel.unary_unary(
+                '/callgate.v1.ApprovalService/DryRun',
+                request_serializer=callgate_dot_v1_dot_approval__service__pb2.DryRunRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_approval__service__pb2.DryRunResponse.FromString,
+                _registered_method=True)
         self.Answer = channel.unary_unary(
                 '/callgate.v1.ApprovalService/Answer',
                 request_serializer=callgate_dot_v1_dot_approval__service__pb2.AnswerRequest.SerializeToString,
@@ -125,6 +130,22 @@ class ApprovalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DryRun(self, request, context):
+        """Runs a pending call once in a dry-run sandbox stricter than the normal one (no network,
+        the workspace a copy-on-write overlay whose changes the server keeps, HOME and TMPDIR
+        throwaway, everything else read-only) and returns what it would change; nothing reaches
+        the workspace. Offered for calls whose PendingApproval.dry_run_refusal is empty (a
+        foreground Bash command without network or writes outside the workspace), bound to the
+        digest shown (DIGEST_MISMATCH otherwise). The change set is attached to the pending
+        approval, which WatchApprovals sends again; the agent sees nothing of it before a
+        decision. One dry run per session at a time (RESOURCE_EXHAUSTED / DRY_RUN_BUSY);
+        FAILED_PRECONDITION / DRY_RUN_UNAVAILABLE when the call has none. Journaled with the
+        approver.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Answer(self, request, context):
         """Answers a pending AskUser question.
         """
@@ -177,6 +198,11 @@ def add_ApprovalServiceServicer_to_server(servicer, server):
                     servicer.DecideBatch,
                     request_deserializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.SerializeToString,
+            ),
+            'DryRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.DryRun,
+                    request_deserializer=callgate_dot_v1_dot_approval__service__pb2.DryRunRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_approval__service__pb2.DryRunResponse.SerializeToString,
             ),
             'Answer': grpc.unary_unary_rpc_method_handler(
                     servicer.Answer,
@@ -311,6 +337,33 @@ class ApprovalService:
             '/callgate.v1.ApprovalService/DecideBatch',
             callgate_dot_v1_dot_approval__service__pb2.DecideBatchRequest.SerializeToString,
             callgate_dot_v1_dot_approval__service__pb2.DecideBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DryRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.ApprovalService/DryRun',
+            callgate_dot_v1_dot_approval__service__pb2.DryRunRequest.SerializeToString,
+            callgate_dot_v1_dot_approval__service__pb2.DryRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,18 @@ class ApprovalServiceStub:
     mismatch, a session or always decision on a human_only call) nothing is decided and the
     error names that call. At most 100 requests, each execution ID once.
     """
+    DryRun: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.DryRunRequest, _approval_service_pb2.DryRunResponse]
+    """Runs a pending call once in a dry-run sandbox stricter than the normal one (no network,
+    the workspace a copy-on-write overlay whose changes the server keeps, HOME and TMPDIR
+    throwaway, everything else read-only) and returns what it would change; nothing reaches
+    the workspace. Offered for calls whose PendingApproval.dry_run_refusal is empty (a
+    foreground Bash command without network or writes outside the workspace), bound to the
+    digest shown (DIGEST_MISMATCH otherwise). The change set is attached to the pending
+    approval, which WatchApprovals sends again; the agent sees nothing of it before a
+    decision. One dry run per session at a time (RESOURCE_EXHAUSTED / DRY_RUN_BUSY);
+    FAILED_PRECONDITION / DRY_RUN_UNAVAILABLE when the call has none. Journaled with the
+    approver.
+    """
     Answer: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.AnswerRequest, _approval_service_pb2.AnswerResponse]
     """Answers a pending AskUser question."""
     ListRules: _grpc.UnaryUnaryMultiCallable[_approval_service_pb2.ListRulesRequest, _approval_service_pb2.ListRulesResponse]
@@ -102,6 +114,18 @@ class ApprovalServiceAsyncStub(ApprovalServiceStub):
     none. If any request fails its checks (unknown call, not awaiting approval, digest
     mismatch, a session or always decision on a human_only call) nothing is decided and the
     error names that call. At most 100 requests, each execution ID once.
+    """
+    DryRun: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.DryRunRequest, _approval_service_pb2.DryRunResponse]  # type: ignore[assignment]
+    """Runs a pending call once in a dry-run sandbox stricter than the normal one (no network,
+    the workspace a copy-on-write overlay whose changes the server keeps, HOME and TMPDIR
+    throwaway, everything else read-only) and returns what it would change; nothing reaches
+    the workspace. Offered for calls whose PendingApproval.dry_run_refusal is empty (a
+    foreground Bash command without network or writes outside the workspace), bound to the
+    digest shown (DIGEST_MISMATCH otherwise). The change set is attached to the pending
+    approval, which WatchApprovals sends again; the agent sees nothing of it before a
+    decision. One dry run per session at a time (RESOURCE_EXHAUSTED / DRY_RUN_BUSY);
+    FAILED_PRECONDITION / DRY_RUN_UNAVAILABLE when the call has none. Journaled with the
+    approver.
     """
     Answer: _aio.UnaryUnaryMultiCallable[_approval_service_pb2.AnswerRequest, _approval_service_pb2.AnswerResponse]  # type: ignore[assignment]
     """Answers a pending AskUser question."""
@@ -167,6 +191,24 @@ class ApprovalServiceServicer(metaclass=_abc_1.ABCMeta):
         none. If any request fails its checks (unknown call, not awaiting approval, digest
         mismatch, a session or always decision on a human_only call) nothing is decided and the
         error names that call. At most 100 requests, each execution ID once.
+        """
+
+    @_abc_1.abstractmethod
+    def DryRun(
+        self,
+        request: _approval_service_pb2.DryRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_approval_service_pb2.DryRunResponse, _abc.Awaitable[_approval_service_pb2.DryRunResponse]]:
+        """Runs a pending call once in a dry-run sandbox stricter than the normal one (no network,
+        the workspace a copy-on-write overlay whose changes the server keeps, HOME and TMPDIR
+        throwaway, everything else read-only) and returns what it would change; nothing reaches
+        the workspace. Offered for calls whose PendingApproval.dry_run_refusal is empty (a
+        foreground Bash command without network or writes outside the workspace), bound to the
+        digest shown (DIGEST_MISMATCH otherwise). The change set is attached to the pending
+        approval, which WatchApprovals sends again; the agent sees nothing of it before a
+        decision. One dry run per session at a time (RESOURCE_EXHAUSTED / DRY_RUN_BUSY);
+        FAILED_PRECONDITION / DRY_RUN_UNAVAILABLE when the call has none. Journaled with the
+        approver.
         """
 
     @_abc_1.abstractmethod

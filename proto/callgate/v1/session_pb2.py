@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61llgate/v1/session.proto\x12\x0b\x63\x61llgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x02\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x66\x61ult_loop_id\x18\x03 \x01(\t\x12.\n\x0csandbox_mode\x18\x04 \x01(\x0e\x32\x18.callgate.v1.SandboxMode\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x06labels\x18\x06 \x03(\x0b\x32 .callgate.v1.Session.LabelsEntry\x12\x17\n\x0fsandbox_warning\x18\x07 \x01(\t\x12\x16\n\x0esandbox_limits\x18\x08 \x01(\t\x12\x0c\n\x04name\x18\t \x01(\t\x12\x32\n\x0elast_used_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*Z\n\x0bSandboxMode\x12\x1c\n\x18SANDBOX_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SANDBOX_MODE_NONE\x10\x01\x12\x16\n\x12SANDBOX_MODE_BWRAP\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63\x61llgate/v1/session.proto\x12\x0b\x63\x61llgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x03\n\x07Session\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x66\x61ult_loop_id\x18\x03 \x01(\t\x12.\n\x0csandbox_mode\x18\x04 \x01(\x0e\x32\x18.callgate.v1.SandboxMode\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x06labels\x18\x06 \x03(\x0b\x32 .callgate.v1.Session.LabelsEntry\x12\x17\n\x0fsandbox_warning\x18\x07 \x01(\t\x12\x16\n\x0esandbox_limits\x18\x08 \x01(\t\x12\x0c\n\x04name\x18\t \x01(\t\x12\x32\n\x0elast_used_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64ry_run\x18\x0b \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*Z\n\x0bSandboxMode\x12\x1c\n\x18SANDBOX_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SANDBOX_MODE_NONE\x10\x01\x12\x16\n\x12SANDBOX_MODE_BWRAP\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SESSION_LABELSENTRY']._loaded_options = None
   _globals['_SESSION_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_SANDBOXMODE']._serialized_start=460
-  _globals['_SANDBOXMODE']._serialized_end=550
+  _globals['_SANDBOXMODE']._serialized_start=477
+  _globals['_SANDBOXMODE']._serialized_end=567
   _globals['_SESSION']._serialized_start=76
-  _globals['_SESSION']._serialized_end=458
-  _globals['_SESSION_LABELSENTRY']._serialized_start=413
-  _globals['_SESSION_LABELSENTRY']._serialized_end=458
+  _globals['_SESSION']._serialized_end=475
+  _globals['_SESSION_LABELSENTRY']._serialized_start=430
+  _globals['_SESSION_LABELSENTRY']._serialized_end=475
 # @@protoc_insertion_point(module_scope)

@@ -80,6 +80,7 @@ class Session(_message.Message):
     SANDBOX_LIMITS_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     LAST_USED_TIME_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Opaque, unguessable identifier."""
     workspace: _builtins.str
@@ -97,6 +98,11 @@ class Session(_message.Message):
     """
     name: _builtins.str
     """The name the session was opened with (OpenSessionRequest.name); empty when it has none."""
+    dry_run: _builtins.str
+    """Whether approvers may dry-run this session's commands: "on_request", "gated" (the server
+    dry-runs every gated command before a human looks), "off", or "unavailable: <why>"
+    (overlay mounts need the server to run as root; commands are then approved as text).
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -120,10 +126,11 @@ class Session(_message.Message):
         sandbox_limits: _builtins.str = ...,
         name: _builtins.str = ...,
         last_used_time: _timestamp_pb2.Timestamp | None = ...,
+        dry_run: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "last_used_time", b"last_used_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "labels", b"labels", "last_used_time", b"last_used_time", "name", b"name", "sandbox_limits", b"sandbox_limits", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "default_loop_id", b"default_loop_id", "dry_run", b"dry_run", "labels", b"labels", "last_used_time", b"last_used_time", "name", b"name", "sandbox_limits", b"sandbox_limits", "sandbox_mode", b"sandbox_mode", "sandbox_warning", b"sandbox_warning", "session_id", b"session_id", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

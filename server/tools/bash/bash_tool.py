@@ -53,7 +53,8 @@ from ...commands import (
     parse_command,
     rule_candidates,
 )
-from ...core.errors import arguments_invalid
+from ...core.effects import DryRunOutcome, DryRunSettings
+from ...core.errors import InternalError, arguments_invalid
 from ...core.models import (
     TREE_PREFIX,
     Preview,
@@ -72,6 +73,7 @@ from ..common import display
 from .artifact import AccessArguments, BashArguments, BashArtifact, PathDeclaration
 from .command_output import run_foreground
 from .command_spec import CommandRefused, CommandSettings, command_spec
+from .dry_run import AppliedPlan, apply_recorded, dry_run_refusal, run_dry
 from .shell_escapes import supervision_escape, uses_setsid
 
 MAX_COMMAND_BYTES = 64 << 10
@@ -421,6 +423,26 @@ class Bash(Tool[BashArguments, BashArtifact]):
                 )
             )
         return tuple(requirements)
+
+    def dry_run_refusal(self, artifact: Artifact) -> str:
+        """Why this call cannot be dry-run ("" when it can): a foreground command without
+        network or writes outside the workspace, in the sandbox."""
+        if not isinstance(artifact, BashArtifact):
+            return "not a command"
+        return dry_run_refusal(artifact, self.runner)
+
+    async def dry_run(
+        self, artifact: Artifact, ctx: ToolContext, settings: DryRunSettings
+    ) -> DryRunOutcome:
+        if not isinstance(artifact, BashArtifact):
+            raise InternalError()
+        return await run_dry(artifact, ctx, self.runner, self.settings, settings)
+
+    async def apply(self, artifact: Artifact, plan: object, ctx: ToolContext) -> ToolResult:
+        if not isinstance(plan, AppliedPlan):
+            raise InternalError()
+        async with ctx.resources.write_lock:
+            return await apply_recorded(ctx.workspace.root, plan)
 
     async def run(self, artifact: BashArtifact, ctx: ToolContext) -> ToolResult:
         if artifact.background:

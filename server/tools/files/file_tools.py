@@ -508,6 +508,10 @@ class WriteFile(Tool[WriteFileArguments, WriteFileArtifact]):
         )
 
     async def run(self, artifact: WriteFileArtifact, ctx: ToolContext) -> ToolResult:
+        async with ctx.resources.write_lock:  # never inside an apply of a dry run's changes
+            return self._run(artifact, ctx)
+
+    def _run(self, artifact: WriteFileArtifact, ctx: ToolContext) -> ToolResult:
         canonical = artifact.canonical
         rel = display(ctx.workspace.relative(canonical))
         changed = resolution_changed(ctx, artifact.path, canonical)
@@ -702,6 +706,10 @@ class EditFile(Tool[EditFileArguments, EditFileArtifact]):
         )
 
     async def run(self, artifact: EditFileArtifact, ctx: ToolContext) -> ToolResult:
+        async with ctx.resources.write_lock:  # never inside an apply of a dry run's changes
+            return self._run(artifact, ctx)
+
+    def _run(self, artifact: EditFileArtifact, ctx: ToolContext) -> ToolResult:
         canonical = artifact.canonical
         rel = display(ctx.workspace.relative(canonical))
         changed = resolution_changed(ctx, artifact.path, canonical)
