@@ -55,6 +55,9 @@ class TreeExposure:
     protected_inodes: set[int] = field(default_factory=set)
     # `.git` directories without a `hooks` directory (`git init` makes one; see missing_hooks).
     missing_hooks: list[str] = field(default_factory=list)
+    # FIFOs, sockets and device nodes: channels to processes outside a sandbox (a dry run
+    # masks them: it may not write to or wait on anything outside its overlay).
+    specials: list[str] = field(default_factory=list)
     entries: int = 0
     # Directories read by this walk (the others were unchanged since the scanner's last walk).
     listed: int = 0
@@ -89,6 +92,7 @@ class _Listing:
     subdirs: list[tuple[str, bool]] = field(default_factory=list)
     # `.git/hooks` where a `.git` directory has none: a command could create hooks there.
     missing_hooks: list[str] = field(default_factory=list)
+    specials: list[str] = field(default_factory=list)
 
 
 class TreeScanner:
@@ -140,6 +144,7 @@ class TreeScanner:
             found.masked += listing.masked
             found.readonly += listing.readonly
             found.missing_hooks += listing.missing_hooks
+            found.specials += listing.specials
             found.protected_inodes.update(listing.protected_inodes)
             links += listing.links
             stack += listing.subdirs
@@ -224,6 +229,8 @@ def _list_directory(
                     result.protected_inodes.append(stat_ino)
             else:
                 result.file_inodes.append(inode)
+                if not entry.is_file(follow_symlinks=False):
+                    result.specials.append(child)
                 # A `.git` file (`gitdir: …`) sends git to a config elsewhere: read-only too.
                 if names.needs_human_to_write(entry.name):
                     result.readonly.append(child)

@@ -92,7 +92,9 @@ class ScriptedApprovalService(approval_service_pb2_grpc.ApprovalServiceServicer)
     async def DryRun(
         self, request: approval_service_pb2.DryRunRequest, context: Context
     ) -> approval_service_pb2.DryRunResponse:
-        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scripted server runs nothing")
+        await context.abort(
+            grpc.StatusCode.FAILED_PRECONDITION, "this scripted server runs nothing"
+        )
 
     async def Answer(
         self, request: approval_service_pb2.AnswerRequest, context: Context

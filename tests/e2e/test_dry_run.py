@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from callgate.cli.console import ApproverConsole
+from callgate.client import CallgateClient
 from callgate.v1 import approval_service_pb2 as apb
-from callgate.v1 import tool_call_pb2
+from callgate.v1 import tool_call_pb2, tool_service_pb2
+from tests.client.test_approvals import Keyboard, Screen, _run
+from tests.support.approvals import Watcher, approver
 from tests.support.dry_runs import APPLY, applied_paths, dry_run_server, pending_bash, tree
 from tests.support.sandbox import bwrap_only
+from tests.support.server import serve
 
 pytestmark = [*bwrap_only, pytest.mark.anyio]
 
@@ -169,3 +176,85 @@ async def test_apply_needs_the_effect_digest_of_the_last_dry_run(tmp_path: Path)
             await pending.decide(APPLY)
         assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert not (harness.workspace / "x.txt").exists()
+
+
+@needs_root
+async def test_gated_mode_dry_runs_every_gated_command_before_a_human_looks(
+    tmp_path: Path,
+) -> None:
+    async with dry_run_server(tmp_path, bash={"dry_run": "gated"}) as harness:
+        watcher = Watcher(approver(harness))
+        try:
+            pending = await pending_bash(harness, "echo gated > g.txt")
+            while True:  # the approval comes again, with the change set the server made
+                item = await watcher.approval(pending.call.execution_id)
+                if item.HasField("change_set"):
+                    break
+        finally:
+            watcher.cancel()
+        assert item.change_set.requested_by == "policy"
+        assert [(c.path, c.kind) for c in item.change_set.changes] == [("g.txt", "created")]
+        assert not (harness.workspace / "g.txt").exists()
+        await pending.decide(APPLY, item.change_set.effect_digest)
+        response = await pending.invoke()
+    assert not response.result.is_error
+    assert (harness.workspace / "g.txt").read_text() == "gated\n"
+
+
+@needs_root
+async def test_health_and_sessions_say_whether_dry_runs_work_here(tmp_path: Path) -> None:
+    async with dry_run_server(tmp_path) as harness:
+        session = await harness.stub().OpenSession(tool_service_pb2.OpenSessionRequest())
+        call = health_pb2_grpc.HealthStub(harness.channel()).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
+        await call
+        trailers = dict(await call.trailing_metadata() or ())
+    assert session.session.dry_run == "on_request"
+    assert trailers["callgate-dry-run"] == "on_request"
+
+
+async def test_without_the_sandbox_dry_runs_are_unavailable_and_say_why(tmp_path: Path) -> None:
+    async with serve(tmp_path) as harness:  # sandbox "none"
+        session = await harness.stub().OpenSession(tool_service_pb2.OpenSessionRequest())
+        pending = await pending_bash(harness, "echo x")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pending.dry_run()
+    assert session.session.dry_run == "unavailable: commands run without the sandbox here"
+    assert pending.approval.dry_run_refusal == "commands run without the sandbox here"
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "DRY_RUN_UNAVAILABLE" in str(refused.value.trailing_metadata())
+
+
+async def test_calls_with_network_or_in_the_background_have_no_dry_run(tmp_path: Path) -> None:
+    async with dry_run_server(tmp_path) as harness:
+        network = await pending_bash(
+            harness, "curl http://example.org", access={"network": ["example.org:80"]}
+        )
+        background = await pending_bash(harness, "sleep 1", background=True)
+    assert network.approval.dry_run_refusal == "it declares network access"
+    assert background.approval.dry_run_refusal == "it runs in the background"
+
+
+@needs_root
+async def test_the_terminal_approver_dry_runs_and_applies(tmp_path: Path) -> None:
+    async with dry_run_server(tmp_path) as harness:
+        (harness.workspace / "t.txt").write_text("before\n")
+        pending = await pending_bash(harness, "sed -i s/before/after/ t.txt")
+        screen, keyboard, results = Screen(), Keyboard(), list[int]()
+        async with CallgateClient(harness.tcp_target, token=harness.tokens["approver"]) as client:
+            console = ApproverConsole(client.approvals, screen, once=True)
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tasks:
+                    await tasks.start(_run, console, keyboard, results)
+                    await screen.shows("[r]dry run")
+                    await keyboard.type("r")
+                    await screen.shows("[x]apply exactly this")
+                    assert "+after" in screen.getvalue()
+                    assert (harness.workspace / "t.txt").read_text() == "before\n"
+                    await keyboard.type("x")
+        response = await pending.invoke()
+    assert results == [0]
+    assert "apply changes" in screen.getvalue()
+    assert not response.result.is_error
+    assert (harness.workspace / "t.txt").read_text() == "after\n"

@@ -559,3 +559,53 @@ async def test_the_console_fits_a_phone_and_keeps_what_was_decided(tmp_path: Pat
             finally:
                 await browser.close()
         assert await state_of(pod, session_id, call.execution_id) == cpb.STATE_APPROVED
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="overlay mounts need the server to run as root")
+async def test_the_console_dry_runs_a_command_and_applies_exactly_its_changes(
+    tmp_path: Path,
+) -> None:
+    """A gated command's card offers "Dry run"; its change set (the diff, the exit code, the
+    output) comes back on the card, and "Apply exactly this" lands it without running the
+    command again. Nothing reaches the workspace before."""
+    from playwright.async_api import expect
+
+    from tests.support.sandbox import bwrap_path
+
+    if bwrap_path() is None:
+        pytest.skip("bubblewrap does not work on this machine")
+    pod_dir = tmp_path / "pod"
+    pod_dir.mkdir()
+    async with serve(pod_dir, sandbox="bwrap") as pod:
+        (pod.workspace / "f.txt").write_text("red\n")
+        stub = pod.stub()
+        session_id = await open_session(stub)
+        call = await prepare(
+            stub,
+            session_id,
+            "Bash",
+            {"command": "sed -i s/red/blue/ f.txt; echo done"},
+            evaluate=True,
+        )
+        assert call.state == cpb.STATE_AWAITING_APPROVAL
+        async with (
+            console(("pod", pod)) as url,
+            approver_page(url, pod.tokens["approver"]) as page,
+        ):
+            card = page.locator(f'[data-execution-id="{call.execution_id}"]')
+            await card.get_by_test_id("dry-run").click(timeout=10_000)
+            changes = card.get_by_test_id("change-set")
+            await expect(changes).to_be_visible(timeout=30_000)
+            await expect(card.get_by_test_id("change")).to_have_attribute("data-path", "f.txt")
+            await expect(changes).to_contain_text("+blue")
+            await expect(card.get_by_test_id("exit-code")).to_contain_text("Exit code 0")
+            if os.environ.get("CALLGATE_SCREENSHOTS"):
+                await page.screenshot(path=str(DOCS / "console-dry-run.png"), full_page=True)
+            assert (pod.workspace / "f.txt").read_text() == "red\n"
+            await card.get_by_test_id("apply").click()
+            await expect(card).to_have_count(0, timeout=10_000)
+        with anyio.fail_after(30):
+            response = await invoke(stub, session_id, call.execution_id)
+    assert "done" in response.result.text
+    assert json.loads(response.result.json) == {"applied": ["f.txt"]}
+    assert (pod.workspace / "f.txt").read_text() == "blue\n"

@@ -337,8 +337,7 @@ function changeSetBlock(changes, seen) {
   const exit = changes.exit_code === null ? "none (it did not exit)" : String(changes.exit_code);
   block.append(el("p", { "data-testid": "exit-code", text: "Exit code " + exit + "; output:" }));
   const output = changes.output_head +
-    (changes.omitted_output_bytes ? "[… " + changes.omitted_output_bytes + " bytes …]
-" : "") +
+    (changes.omitted_output_bytes ? "[… " + changes.omitted_output_bytes + " bytes …]\n" : "") +
     changes.output_tail;
   block.append(previewBlock({ kind: "text", text: output, omitted_bytes: 0 }, seen));
   block.append(el("div", { class: "meta", text: "effect " + changes.effect_digest }));

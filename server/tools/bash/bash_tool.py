@@ -442,7 +442,7 @@ class Bash(Tool[BashArguments, BashArtifact]):
         if not isinstance(plan, AppliedPlan):
             raise InternalError()
         async with ctx.resources.write_lock:
-            return await apply_recorded(ctx.workspace.root, plan)
+            return await apply_recorded(ctx.workspace, plan)
 
     async def run(self, artifact: BashArtifact, ctx: ToolContext) -> ToolResult:
         if artifact.background:

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...core.effects import FileChange
+from ...core.paths import Workspace
 from ...core.preview import diff_preview, escape
 from ...sandbox import fsaccess
 from ...sandbox.overlay import UpperEntry
@@ -321,6 +322,20 @@ def covered(steps: list[Step]) -> list[object]:
 
 
 # ---------------------------------------------------------------------------------- apply
+
+
+def check_protected(workspace: Workspace, steps: list[Step]) -> None:
+    """Raise Unrepresentable when a step touches a protected path (a secret, or a file that
+    makes programs run code): the server writes those for nobody; approving the command
+    remains."""
+    for step in steps:
+        canonical = _canonical(workspace.root, step.path)
+        protected = workspace.protected
+        if protected.is_protected(canonical) or protected.needs_human_to_write(canonical):
+            raise Unrepresentable(
+                f"{step.path} is a protected path (a secret, or a file that makes programs "
+                "run code)"
+            )
 
 
 def check_plan(root: str, plan: Plan) -> None:

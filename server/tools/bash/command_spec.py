@@ -171,11 +171,17 @@ def _recheck(artifact: BashArtifact, ctx: ToolContext) -> str:
 
 
 async def command_spec(
-    artifact: BashArtifact, ctx: ToolContext, settings: CommandSettings, *, stdin: bool = False
+    artifact: BashArtifact,
+    ctx: ToolContext,
+    settings: CommandSettings,
+    *,
+    stdin: bool = False,
+    mask_specials: bool = False,
 ) -> CommandSpec:
     """Re-check a frozen call against the filesystem as it is now and describe the command to
     start. Raises CommandRefused (with the result to return) when it may not run as approved,
-    or when the trees it sees cannot be checked for secrets within the time budget."""
+    or when the trees it sees cannot be checked for secrets within the time budget. With
+    `mask_specials` (a dry run), the FIFOs, sockets and devices of those trees are masked."""
     workdir = _recheck(artifact, ctx)
     home, tmp = _private_dirs(ctx)
     protected = ctx.workspace.protected
@@ -206,7 +212,17 @@ async def command_spec(
         write_paths=tuple(d.path for d in writes),
         read_paths=tuple(d.path for d in reads),
         egress=_egress(artifact, ctx),
-        masked_paths=tuple(dict.fromkeys([*settings.masked_paths, *exposure.masked, *programs])),
+        masked_paths=tuple(
+            dict.fromkeys(
+                [
+                    *settings.masked_paths,
+                    *exposure.masked,
+                    *programs,
+                    # A dry run's FIFOs and sockets would reach processes outside it.
+                    *(exposure.specials if mask_specials else ()),
+                ]
+            )
+        ),
         readonly_paths=tuple(dict.fromkeys(exposure.readonly)),
         pinned_dirs=pinned_dirs(
             [root, *(d.path for d in writes if d.is_tree)],
@@ -300,6 +316,7 @@ async def scan_for_sandbox(scanner: TreeScanner, trees: list[str], seconds: floa
             merged.masked += found.masked
             merged.readonly += found.readonly
             merged.missing_hooks += found.missing_hooks
+            merged.specials += found.specials
             merged.protected_inodes |= found.protected_inodes
             merged.entries += found.entries
         return merged

@@ -19,12 +19,22 @@ import anyio.to_thread
 
 from ...core.effects import ChangeSet, DryRunOutcome, DryRunSettings
 from ...core.models import SandboxMode, ToolResult
+from ...core.paths import Workspace
 from ...core.preview import escape
 from ...core.tool import ToolContext
 from ...sandbox.overlay import DryRunMount, lower_refusal, read_upper
 from ...sandbox.runner import CommandRunner, CommandStartError
 from .artifact import BashArtifact
-from .change_set import Plan, Stale, Unrepresentable, apply_plan, check_plan, covered, describe
+from .change_set import (
+    Plan,
+    Stale,
+    Unrepresentable,
+    apply_plan,
+    check_plan,
+    check_protected,
+    covered,
+    describe,
+)
 from .change_set import plan_changes as _plan_changes
 from .command_output import run_foreground
 from .command_spec import CommandRefused, CommandSettings, command_spec
@@ -78,7 +88,7 @@ async def run_dry(
     if refusal:
         return _failed(f"no dry run: {refusal}")
     try:
-        spec = await command_spec(artifact, ctx, command_settings)
+        spec = await command_spec(artifact, ctx, command_settings, mask_specials=True)
     except CommandRefused as refused:
         return _failed(refused.result.text)
     mountpoint = ctx.resources.private_dir() / "dry-run"
@@ -101,7 +111,7 @@ async def run_dry(
         result = await run_foreground(
             running, limit, None, kill_grace=command_settings.kill_grace_seconds
         )
-        return await anyio.to_thread.run_sync(_report, mount, ctx.workspace.root, result, settings)
+        return await anyio.to_thread.run_sync(_report, mount, ctx.workspace, result, settings)
     finally:
         mount.close()
 
@@ -112,8 +122,9 @@ def _failed(why: str) -> DryRunOutcome:
 
 
 def _report(
-    mount: DryRunMount, root: str, result: ToolResult, settings: DryRunSettings
+    mount: DryRunMount, workspace: Workspace, result: ToolResult, settings: DryRunSettings
 ) -> DryRunOutcome:
+    root = workspace.root
     head, tail, omitted = _output_ends(result.text)
     failure = ""
     if result.error_code == "timed_out":
@@ -125,6 +136,7 @@ def _report(
     try:
         entries = list(read_upper(mount, settings.max_paths))
         steps = _plan_changes(root, entries)
+        check_protected(workspace, steps)
     except (Unrepresentable, OverflowError) as exc:
         unrepresentable = str(exc)
     full = os.fstatvfs(mount.fd)
@@ -152,13 +164,15 @@ def _report(
     return DryRunOutcome(change_set, covering, plan)
 
 
-async def apply_recorded(root: str, applied: AppliedPlan) -> ToolResult:
+async def apply_recorded(workspace: Workspace, applied: AppliedPlan) -> ToolResult:
     """Apply a recorded change set: nothing when any path changed since the dry run
     (`stale_workspace`, naming it); the dry run's output and exit code otherwise, with the
     paths applied in `json`."""
+    root = workspace.root
 
     def apply() -> ToolResult:
         try:
+            check_protected(workspace, list(applied.plan.steps))
             check_plan(root, applied.plan)
         except Stale as exc:
             return ToolResult.error(
