@@ -69,14 +69,17 @@ from callgate.client.connection import CallgateClient
 from callgate.client.errors import (
     CallDeniedError,
     CallgateClientError,
+    CallStateError,
     InvalidArgumentsError,
+    InvalidRequestError,
+    RequestIdConflictError,
     SessionNotFoundError,
     ToolNotFoundError,
 )
 from callgate.client.models import State, ToolCall, ToolResult, ToolSpec
 from callgate.client.session import ClientSession, new_batch_id
 
-from .mcp_pending import Ledger, default_ledger_dir
+from .mcp_pending import Ledger, LedgerEntry, default_ledger_dir, ledger_name
 from .mcp_tasks import TASKS_EXTENSION, TaskParams, TaskTable, UpdateTaskParams, opted_in
 from .mcp_token import StaticTokenVerifier, check_http_token
 
@@ -202,13 +205,31 @@ class _Waiting:
     """A gated call this bridge answers for, by its call key, until its outcome has been
     delivered: a repeat of the same call (or the same call made at once by another request)
     finds it instead of preparing another. `call` is None until it is prepared (`ready`);
-    `running` is its Invoke, a task of the bridge's own that a client giving up never cancels."""
+    `running` is its Invoke, a task of the bridge's own that a client giving up never cancels
+    (and detached on the server, so that the bridge's process ending does not stop it either).
+    The IDs are those it was prepared and is invoked with (a ledger entry holds them);
+    `noted` is set once the ledger holds it."""
 
     invoke_request_id: str
+    prepare_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    execution_id: str = field(default_factory=lambda: "call_" + uuid.uuid4().hex)
+    batch_id: str = ""
     started: float = field(default_factory=time.monotonic)
     call: ToolCall | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
     running: asyncio.Task[types.CallToolResult] | None = None
+    # The wait for its decision that the tasks of this call follow (tasks extension).
+    settling: asyncio.Future[types.CallToolResult] | None = None
+    noted: bool = False
+
+    def entry(self) -> LedgerEntry:
+        return LedgerEntry(
+            self.prepare_request_id,
+            self.execution_id,
+            self.batch_id,
+            self.invoke_request_id,
+            time.time(),
+        )
 
 
 OpenSession = Callable[[], Awaitable[ClientSession]]
@@ -236,6 +257,7 @@ class McpBridge:
         self._pending_after = pending_after
         self._waiting: OrderedDict[str, _Waiting] = OrderedDict()
         self._ledger = ledger
+        self._ledger_writes: set[asyncio.Future[object]] = set()
         self._tasks = TaskTable()
         # One batcher per MCP session (a client's connection, by its Mcp-Session-Id); "" for
         # what has none (stdio: one client; stateless HTTP: this bridge's one agent).
@@ -318,28 +340,36 @@ class McpBridge:
         self._forget_stale()
         try:
             waiting = self._waiting.get(key)
-            if waiting is None:
-                waiting = await self._resume(key, params.name)
             if waiting is not None:
                 await waiting.ready.wait()
-                if waiting.call is None:  # its Prepare failed: this one is a call of its own
+                if waiting.call is None or not await self._still_ours(key, waiting):
+                    # Its Prepare failed, or another bridge delivered its outcome: this one
+                    # is a call of its own.
+                    self._drop_now(key, waiting, ledger=False)
                     waiting = None
             if waiting is None:
+                # Reserved before anything is awaited: the same call arriving meanwhile waits
+                # for this one instead of preparing another.
                 waiting = _Waiting(str(uuid.uuid4()))
                 self._waiting[key] = waiting
                 try:
-                    started = await self._start(ctx, params.name, arguments, waiting)
+                    started = await self._start(ctx, params.name, arguments, key, waiting)
                 finally:
                     waiting.ready.set()
                     if waiting.call is None:
-                        self._drop(key, waiting)
+                        self._drop_now(key, waiting, ledger=False)
                 if started is not None:
                     return started
             assert waiting.call is not None
             if tasks and waiting.running is None and waiting.call.state in _UNDECIDED:
-                # The client polls a task instead of waiting on this request.
+                # The client polls a task instead of waiting on this request. Every task of
+                # one call follows the one wait of the bridge's own for its decision.
+                if waiting.settling is None:
+                    waiting.settling = asyncio.ensure_future(
+                        self._settle(key, waiting, soft=None, report=None)
+                    )
                 return self._tasks.start(
-                    self._settle(key, waiting, soft=None, report=None),
+                    _follow(waiting.settling),
                     describe=lambda: _task_words(waiting),
                     withdraw=lambda: self._withdraw(key, waiting),
                 )
@@ -365,16 +395,55 @@ class McpBridge:
         ctx: ServerRequestContext[Any],
         name: str,
         arguments: Mapping[str, object],
+        key: str,
         waiting: _Waiting,
     ) -> types.CallToolResult | None:
         """Prepare (and, when allowed, run) the call; its result when it ran, else None with
-        `waiting.call` set."""
+        `waiting.call` set. A call another bridge answered as pending (the ledger names it) is
+        prepared again with its own request IDs: the server returns that call if the tool and
+        arguments are the same (and its outcome, if it ran), and refuses otherwise, and then
+        this is a call of its own."""
+        text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        entry = await self._ledger_do(lambda ledger: ledger.find(key))
+        if entry is not None:
+            waiting.prepare_request_id = entry.prepare_request_id
+            waiting.execution_id = entry.execution_id
+            waiting.batch_id = entry.batch_id
+            waiting.invoke_request_id = entry.invoke_request_id
+            waiting.noted = True
+            try:
+                # Prepare alone (never the pipelined Invoke): only once the server has said
+                # that the entry names this very call is anything invoked (by `_settle`).
+                call = await self._with_session(
+                    lambda session: session.prepare(
+                        name,
+                        text,
+                        request_id=waiting.prepare_request_id,
+                        evaluate=True,
+                        batch_id=waiting.batch_id,
+                        execution_id=waiting.execution_id,
+                    )
+                )
+                waiting.call = _kept(call)
+                return None
+            except (RequestIdConflictError, InvalidRequestError):
+                # Not that call (other arguments, a planted entry): forget it.
+                await self._ledger_do(lambda ledger: ledger.drop(key))
+                waiting.prepare_request_id = str(uuid.uuid4())
+                waiting.execution_id = "call_" + uuid.uuid4().hex
+                waiting.invoke_request_id = str(uuid.uuid4())
+                waiting.noted = False
         batches = self._batches_of(ctx)
-        batch_id = batches.join()
+        waiting.batch_id = batches.join()
         try:
             started = await self._with_session(
                 lambda session: session.start(
-                    name, arguments, batch_id=batch_id, invoke_request_id=waiting.invoke_request_id
+                    name,
+                    text,
+                    batch_id=waiting.batch_id,
+                    invoke_request_id=waiting.invoke_request_id,
+                    prepare_request_id=waiting.prepare_request_id,
+                    execution_id=waiting.execution_id,
                 )
             )
         finally:
@@ -385,52 +454,66 @@ class McpBridge:
         waiting.call = _kept(started.call)
         return None
 
-    async def _resume(self, key: str, name: str) -> _Waiting | None:
-        """The call another bridge of this session answered as pending for `key` (from the
-        ledger), when it is still there and of the tool asked for; else None."""
-        entry = self._ledger_do(lambda ledger: ledger.find(key))
-        if entry is None:
-            return None
-        try:
-            call = await self._with_session(lambda session: session.get_call(entry.execution_id))
-        except CallgateClientError:
-            call = None
-        if call is None or call.tool_name != name:
-            self._ledger_do(lambda ledger: ledger.drop(key))
-            return None
-        age = max(time.time() - call.create_time.timestamp(), 0.0) if call.create_time else 0.0
-        waiting = _Waiting(entry.invoke_request_id, started=time.monotonic() - age)
-        waiting.call = _kept(call)
-        waiting.ready.set()
-        self._waiting[key] = waiting
-        return waiting
+    async def _still_ours(self, key: str, waiting: _Waiting) -> bool:
+        """Whether a call held here is still to be answered for: one noted in the ledger that
+        the ledger no longer names was delivered by another bridge."""
+        if not waiting.noted or self._ledger is None:
+            return True
+        entry = await self._ledger_do(lambda ledger: ledger.find(key))
+        return self._ledger is None or (
+            entry is not None and entry.execution_id == waiting.execution_id
+        )
 
-    def _ledger_do(self, operation: Callable[[Ledger], _T]) -> _T | None:
-        """`operation` on the ledger; a ledger that cannot be used is none (the bridge then
-        keeps its pending calls in memory only)."""
-        if self._ledger is None:
+    async def _ledger_do(self, operation: Callable[[Ledger], _T]) -> _T | None:
+        """`operation` on the ledger, in a worker thread; a ledger that cannot be used (a
+        file that is not ours, a lock held too long, anything unexpected) is none from then
+        on: the bridge keeps its pending calls in memory only."""
+        ledger = self._ledger
+        if ledger is None:
             return None
         try:
-            return operation(self._ledger)
-        except OSError as exc:
+            return await anyio.to_thread.run_sync(operation, ledger)
+        except Exception as exc:  # the ledger is an aid, never a failure
             print(f"callgate: mcp: the pending-call ledger is not used: {exc}", file=sys.stderr)
             self._ledger = None
             return None
 
-    def _drop(self, key: str, waiting: _Waiting) -> None:
-        """Forget `key`'s entry, if it is still `waiting` (a newer call may hold the key)."""
+    def _drop_now(self, key: str, waiting: _Waiting, *, ledger: bool = True) -> None:
+        """Forget `key`'s entry, if it is still `waiting` (a newer call may hold the key); with
+        `ledger`, the ledger's too, in the background (see `flush`)."""
         if self._waiting.get(key) is waiting:
             del self._waiting[key]
-            if waiting.call is not None:
-                self._ledger_do(lambda ledger: ledger.drop(key))
+        if ledger and waiting.noted:
+            waiting.noted = False
+            self._spawn_ledger(lambda ledger: ledger.drop(key))
 
-    def _keep(self, key: str, waiting: _Waiting) -> None:
-        """Note the call answered as pending or running in the ledger, for the next bridge."""
-        if waiting.call is not None:
-            call = waiting.call
-            self._ledger_do(
-                lambda ledger: ledger.put(key, call.execution_id, waiting.invoke_request_id)
-            )
+    async def _drop(self, key: str, waiting: _Waiting) -> None:
+        """Forget `key`'s entry, the ledger's too (its outcome is being delivered), before the
+        answer goes: a client that ends the bridge right after it leaves no stale entry."""
+        if self._waiting.get(key) is waiting:
+            del self._waiting[key]
+        if waiting.noted:
+            waiting.noted = False
+            await self._ledger_do(lambda ledger: ledger.drop(key))
+
+    async def _keep(self, key: str, waiting: _Waiting) -> None:
+        """Note the call answered as pending or running in the ledger, for the next bridge,
+        before the answer goes."""
+        if waiting.call is not None and self._ledger is not None:
+            entry = waiting.entry()
+            await self._ledger_do(lambda ledger: ledger.put(key, entry))
+            waiting.noted = self._ledger is not None  # None: it could not be written
+
+    def _spawn_ledger(self, operation: Callable[[Ledger], object]) -> None:
+        """A ledger write the answer does not wait for (kept alive until it is done)."""
+        task = asyncio.ensure_future(self._ledger_do(operation))
+        self._ledger_writes.add(task)
+        task.add_done_callback(self._ledger_writes.discard)
+
+    async def flush(self) -> None:
+        """Wait for the ledger writes under way (before the process ends)."""
+        while self._ledger_writes:
+            await asyncio.gather(*self._ledger_writes, return_exceptions=True)
 
     def _forget_stale(self) -> None:
         """Forget entries nobody came back for: past the approval timeout and the call's
@@ -462,7 +545,23 @@ class McpBridge:
     ) -> types.CallToolResult:
         """Wait for the call's decision (with progress when `report`, or until `soft` for the
         pending answer), then run it in a task of the bridge's own and wait for that (again
-        until `soft`); the outcome is delivered once, and the call forgotten."""
+        until `soft`); the outcome is delivered once, and the call forgotten. Whatever goes
+        wrong on the way, the call is forgotten too (the next same call is a call of its own)."""
+        try:
+            return await self._settled(key, waiting, soft=soft, report=report)
+        except BaseException:
+            if waiting.running is None or waiting.running.done():
+                self._drop_now(key, waiting)
+            raise
+
+    async def _settled(
+        self,
+        key: str,
+        waiting: _Waiting,
+        *,
+        soft: float | None,
+        report: Callable[..., Awaitable[None]] | None,
+    ) -> types.CallToolResult:
         assert waiting.call is not None
         call = waiting.call
         hard = waiting.started + self._approval_timeout
@@ -471,8 +570,8 @@ class McpBridge:
             if now >= hard:
                 # Decided meanwhile? Only a call still undecided is withdrawn.
                 call = await self._session.get_call(call.execution_id)
-                if call.state in (State.PREPARED, State.AWAITING_APPROVAL):
-                    self._drop(key, waiting)
+                if call.state in _UNDECIDED:
+                    await self._drop(key, waiting)
                     await self._abandon(call)
                     return _error_result(
                         f"No approver decided call {call.execution_id} within "
@@ -480,33 +579,40 @@ class McpBridge:
                     )
                 break
             if soft is not None and now >= soft:
-                self._keep(key, waiting)
+                await self._keep(key, waiting)
                 return _pending_result(call)
             if report is not None:
                 await report(now - waiting.started, message=_waiting_words(call))
             step = min(PROGRESS_EVERY, hard - now, (soft or hard) - now)
-            call = _kept(await self._session.approve(call.execution_id, wait=max(step, 0.0)))
+            try:
+                call = _kept(await self._session.approve(call.execution_id, wait=max(step, 0.0)))
+            except CallStateError:
+                # It ended elsewhere (invoked by another bridge, expired, cancelled): as it is.
+                call = _kept(await self._session.get_call(call.execution_id))
             waiting.call = call
         if waiting.running is None:
             if call.state is State.DENIED:
-                self._drop(key, waiting)
+                await self._drop(key, waiting)
                 return _denied(call.denial.description if call.denial else "", _denial_kind(call))
             # Not cancelled with the request: a client that gives up does not stop the run,
-            # and its repeat gets the outcome.
+            # and its repeat gets the outcome. An Invoke of a call that ran already (with this
+            # request ID) returns its outcome; of one that ended otherwise, says how.
             waiting.running = asyncio.ensure_future(self._invoke(waiting))
         timeout = None if soft is None else max(soft - time.monotonic(), 0.0)
         done, _ = await asyncio.wait({waiting.running}, timeout=timeout)
         if not done:
-            self._keep(key, waiting)
+            await self._keep(key, waiting)
             return _running_result(call)
-        self._drop(key, waiting)
+        await self._drop(key, waiting)
         return waiting.running.result()
 
     async def _invoke(self, waiting: _Waiting) -> types.CallToolResult:
+        """The call's Invoke, detached on the server: it runs to its end even if this bridge's
+        process ends first (a repeat through another bridge then gets the outcome)."""
         assert waiting.call is not None
         try:
             invoked = await self._session.invoke(
-                waiting.call.execution_id, request_id=waiting.invoke_request_id
+                waiting.call.execution_id, request_id=waiting.invoke_request_id, detach=True
             )
         except CallgateClientError as exc:
             return _error_result(f"callgate: {exc.reason or exc.code}: {exc.message}")
@@ -516,12 +622,28 @@ class McpBridge:
         with contextlib.suppress(CallgateClientError):  # decided or gone meanwhile
             await self._session.cancel(call.execution_id)
 
-    async def _withdraw(self, key: str, waiting: _Waiting) -> None:
-        """A task cancelled by its client: the call is cancelled (undecided: withdrawn from
-        the approvers; running: stopped) and forgotten."""
-        self._drop(key, waiting)
-        if waiting.call is not None:
-            await self._abandon(waiting.call)
+    async def _withdraw(self, key: str, waiting: _Waiting) -> bool:
+        """A task cancelled by its client: the call is cancelled on the server (undecided:
+        withdrawn from the approvers; running: stopped). True when it was withdrawn before it
+        ran (the task is then cancelled); False when it had run or runs (the task then ends
+        with its outcome, which the call's key keeps until delivered)."""
+        call = waiting.call
+        if call is None:
+            return True
+        try:
+            after = await self._session.cancel(call.execution_id)
+        except CallgateClientError:
+            after = await self._session.get_call(call.execution_id)
+        if waiting.running is None and after.state in (
+            State.CANCELLED,
+            State.DENIED,
+            State.EXPIRED,
+        ):
+            if waiting.settling is not None:
+                waiting.settling.cancel()
+            await self._drop(key, waiting)
+            return True
+        return False
 
     async def _tasks_get(self, ctx: ServerRequestContext[Any], params: TaskParams) -> Any:
         return await self._tasks.get(ctx, params)
@@ -536,6 +658,11 @@ class McpBridge:
 def _kept(call: ToolCall) -> ToolCall:
     """What the bridge keeps of a waiting call (not its preview, which may be large)."""
     return call.model_copy(update={"preview": None}) if call.preview is not None else call
+
+
+async def _follow(settling: asyncio.Future[types.CallToolResult]) -> types.CallToolResult:
+    """A task's share of its call's one wait: a task ending early does not end the wait."""
+    return await asyncio.shield(settling)
 
 
 def _task_words(waiting: _Waiting) -> str:
@@ -637,11 +764,14 @@ async def serve_stdio(
         async def reopen() -> ClientSession:
             return await client.open_session(workspace, name=name)
 
-        ledger = Ledger(default_ledger_dir(), name, approval_timeout + STALE_AFTER)
+        ledger = Ledger(
+            default_ledger_dir(), ledger_name(token, name), approval_timeout + STALE_AFTER
+        )
         bridge = McpBridge(await reopen(), approval_timeout, pending_after, reopen, ledger)
         server = bridge.server()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
+        await bridge.flush()
 
 
 async def serve_http(
@@ -685,7 +815,9 @@ async def serve_http(
             async def reopen() -> ClientSession:
                 return await client.open_session(workspace, name=name)
 
-            ledger = Ledger(default_ledger_dir(), name, approval_timeout + STALE_AFTER)
+            ledger = Ledger(
+                default_ledger_dir(), ledger_name(token, name), approval_timeout + STALE_AFTER
+            )
             app = (
                 McpBridge(await reopen(), approval_timeout, pending_after, reopen, ledger)
                 .server()

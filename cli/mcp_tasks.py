@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -83,7 +84,7 @@ class _Task:
     task_id: str
     runner: asyncio.Task[types.CallToolResult]
     describe: Callable[[], str]
-    withdraw: Callable[[], Awaitable[None]]
+    withdraw: Callable[[], Awaitable[bool]]
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     status: TaskStatus = "working"
@@ -128,7 +129,7 @@ class TaskTable:
         self,
         drive: Coroutine[Any, Any, types.CallToolResult],
         describe: Callable[[], str],
-        withdraw: Callable[[], Awaitable[None]],
+        withdraw: Callable[[], Awaitable[bool]],
     ) -> dict[str, Any]:
         """A task driven by `drive`; its creation result (`resultType: "task"`)."""
         self._forget_ended()
@@ -152,15 +153,21 @@ class TaskTable:
         return shown
 
     async def cancel(self, ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
-        """Withdraw the call (undecided, or running: CancelCall) and end the task."""
+        """Cancel the call on the server first (undecided: withdrawn from the approvers;
+        running: stopped), then end the task as that left it: "cancelled" only when the call
+        never ran; one that ran or runs ends with its outcome (never reported as cancelled
+        when it took effect). Shielded: a client giving up on this request changes nothing."""
         task = self._task(ctx, params.task_id)
         task.settle()
-        if task.status == "working":
-            task.runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task.runner
-            await task.withdraw()
-            task.status, task.updated = "cancelled", time.time()
+        if task.status != "working":
+            return {}
+        with anyio.CancelScope(shield=True):
+            withdrawn = await task.withdraw()
+            if withdrawn and task.status == "working" and not task.runner.done():
+                task.runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task.runner
+                task.status, task.updated = "cancelled", time.time()
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any], params: UpdateTaskParams) -> None:

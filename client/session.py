@@ -135,16 +135,20 @@ class ClientSession:
         request_id: str | None = None,
         evaluate: bool = False,
         batch_id: str = "",
+        execution_id: str = "",
     ) -> ToolCall:
         """Validates and freezes a call (no effect); with `evaluate` the gate decides it too.
 
         `batch_id` marks the calls one model turn prepares (any 1-64 characters of
         [A-Za-z0-9._:-], e.g. `new_batch_id()`), so that an approver can decide them together.
+        `execution_id` is one chosen here ("call_" and `uuid4().hex`); empty: the server's.
         """
         response = await self._transport.operation(
             PREPARE,
             self._stub.Prepare,
-            self._prepare_request(tool, args, loop_id, request_id or "", evaluate, batch_id),
+            self._prepare_request(
+                tool, args, loop_id, request_id or "", evaluate, batch_id, execution_id
+            ),
         )
         return call_from_proto(response.call)
 
@@ -181,9 +185,12 @@ class ClientSession:
         response = await self._transport.operation(APPROVE, self._stub.Approve, request)
         return call_from_proto(response.call)
 
-    async def invoke(self, execution_id: str, request_id: str | None = None) -> InvokeResult:
+    async def invoke(
+        self, execution_id: str, request_id: str | None = None, *, detach: bool = False
+    ) -> InvokeResult:
         """Runs an approved call once and returns the final call and its result; cancelling
-        the caller cancels the running call on the server."""
+        the caller cancels the running call on the server, unless `detach` (then the call
+        runs to its end, and an Invoke with the same `request_id` returns its outcome)."""
         response = await self._transport.operation(
             INVOKE,
             self._stub.Invoke,
@@ -191,6 +198,7 @@ class ClientSession:
                 session_id=self.session_id,
                 execution_id=execution_id,
                 request_id=request_id or "",
+                detach=detach,
             ),
         )
         return _invoke_result(response, execution_id)
@@ -314,16 +322,32 @@ class ClientSession:
         loop_id: str = "",
         batch_id: str = "",
         invoke_request_id: str = "",
+        prepare_request_id: str = "",
+        execution_id: str = "",
+        detach: bool = False,
     ) -> Started:
         """The first half of `run`: prepares the call with the gate deciding it, and invokes it
         at once when policy allows it (one round trip on the Exchange stream). Returns the
         prepared call, and its result when it ran; a gated call is left for the caller to wait
         for (`approve`) and invoke, with `invoke_request_id` (given, or made here) so that
-        the Invoke of a call already started returns its outcome instead of running again."""
+        the Invoke of a call already started returns its outcome instead of running again.
+
+        Given the `prepare_request_id`, `execution_id`, `batch_id` and arguments of an earlier
+        start, the server returns that same call (and, if it ran, the Invoke with the same
+        `invoke_request_id` its outcome); other arguments are refused (ALREADY_EXISTS). With
+        `detach`, an Invoke made here runs to its end even if the caller goes away."""
         invoke_request_id = invoke_request_id or str(uuid.uuid4())
+        prepare_request_id = prepare_request_id or str(uuid.uuid4())
         if self._transport.pipelines:
             prepared, invoked = await self._pipelined(
-                tool, args, loop_id, batch_id, invoke_request_id
+                tool,
+                args,
+                loop_id,
+                batch_id,
+                invoke_request_id,
+                prepare_request_id,
+                execution_id,
+                detach,
             )
             if invoked is not None:
                 # Only the result is converted: the calls in both answers are not.
@@ -333,9 +357,10 @@ class ClientSession:
             tool,
             args,
             loop_id=loop_id,
-            request_id=str(uuid.uuid4()),
+            request_id=prepare_request_id,
             evaluate=True,
             batch_id=batch_id,
+            execution_id=execution_id,
         )
         return Started(call, None, invoke_request_id)
 
@@ -346,17 +371,23 @@ class ClientSession:
         loop_id: str,
         batch_id: str,
         invoke_request_id: str,
+        prepare_request_id: str,
+        execution_id: str,
+        detach: bool = False,
     ) -> tuple[tool_call_pb2.ToolCall, tool_service_pb2.InvokeResponse | None]:
         """Prepare (with an execution ID chosen here) and the Invoke naming it, sent back to
         back on the Exchange stream: one round trip for an allowed call. The server takes
         them in order, so the Invoke runs only if the call is APPROVED by then; otherwise it
         fails with no effect, and the caller goes the usual way from the prepared call."""
-        execution_id = "call_" + uuid.uuid4().hex
+        execution_id = execution_id or "call_" + uuid.uuid4().hex
         prepare_request = self._prepare_request(
-            tool, args, loop_id, str(uuid.uuid4()), True, batch_id, execution_id
+            tool, args, loop_id, prepare_request_id, True, batch_id, execution_id
         )
         invoke_request = tool_service_pb2.InvokeRequest(
-            session_id=self.session_id, execution_id=execution_id, request_id=invoke_request_id
+            session_id=self.session_id,
+            execution_id=execution_id,
+            request_id=invoke_request_id,
+            detach=detach,
         )
         invoked: list[tool_service_pb2.InvokeResponse] = []
 

@@ -495,7 +495,11 @@ class Lifecycle:
         execution_id: str,
         request_id: str,
         output: OutputSink | None = None,
+        *,
+        detach: bool = False,
     ) -> CallSnapshot:
+        if detach:
+            return await self._detached(principal, session_id, execution_id, request_id)
         session = self._session(principal, session_id)
         self._touch(session)
         check_request_id(request_id)
@@ -639,6 +643,33 @@ class Lifecycle:
         record.result = result
         record.move(State.FAILED if result.is_error else State.SUCCEEDED, self.clock.now())
         return result
+
+    async def _detached(
+        self, principal: Principal, session_id: str, execution_id: str, request_id: str
+    ) -> CallSnapshot:
+        """An Invoke whose call runs to its end in the server's task group, whatever becomes
+        of the caller: a caller that goes away only stops waiting (the same request_id gets
+        the outcome later), and CancelCall still stops the call."""
+        if not request_id:
+            raise request_invalid(
+                "request_id", "a detached Invoke needs a request_id to get its outcome again"
+            )
+        done = anyio.Event()
+        outcome: list[CallSnapshot | Exception] = []
+
+        async def run() -> None:
+            try:
+                outcome.append(await self.invoke(principal, session_id, execution_id, request_id))
+            except Exception as exc:  # the caller's to raise, if it still waits
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        self.spawn(run)
+        await done.wait()
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
 
     async def _apply(
         self, session: Session, record: CallRecord, tool: ToolPlugin, ctx: ToolContext

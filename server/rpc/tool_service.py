@@ -154,7 +154,11 @@ class ToolServicer:
 
     async def invoke(self, request: pb.InvokeRequest, call: Call) -> pb.InvokeResponse:
         snapshot = await self.lifecycle.invoke(
-            call.principal, request.session_id, request.execution_id, request.request_id
+            call.principal,
+            request.session_id,
+            request.execution_id,
+            request.request_id,
+            detach=request.detach,
         )
         message = call_to_proto(snapshot)
         return pb.InvokeResponse(call=message, result=message.result)

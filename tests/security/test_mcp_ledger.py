@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import mcp_types as types
 import pytest
 
 from callgate.cli.mcp_bridge import McpBridge, call_key, default_session_name
-from callgate.cli.mcp_pending import LEDGER_MAX, Ledger
+from callgate.cli.mcp_pending import LEDGER_MAX, Ledger, LedgerEntry
 from callgate.client import CallgateClient
 from callgate.v1 import approval_service_pb2 as apb
 from tests.support.approvals import Watcher, approver, decide
@@ -35,6 +37,10 @@ def _params(name: str, arguments: dict[str, Any]) -> types.CallToolRequestParams
     return types.CallToolRequestParams(name=name, arguments=arguments)
 
 
+def _entry(execution_id: str) -> LedgerEntry:
+    return LedgerEntry(str(uuid.uuid4()), execution_id, "", str(uuid.uuid4()), time.time())
+
+
 async def _bridge(harness: Harness, client: CallgateClient, ledger: Ledger) -> McpBridge:
     session = await client.open_session("", name=default_session_name(harness.tokens["agent"]))
     return McpBridge(session, 600.0, 0.2, ledger=ledger)
@@ -43,9 +49,10 @@ async def _bridge(harness: Harness, client: CallgateClient, ledger: Ledger) -> M
 async def test_an_entry_naming_a_call_of_another_tool_is_dropped_and_nothing_runs_twice(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """The agent plants the execution ID of an approved WriteFile under the call key of another
-    call: the bridge finds a call of another tool, drops the entry and prepares the call asked
-    for, which the gate decides on its own."""
+    """The agent plants the ledger entry of an approved WriteFile under the call key of another
+    call: the server refuses the entry's request ID for other arguments (its fingerprint), the
+    bridge drops the entry and prepares the call asked for, which the gate decides on its own;
+    the WriteFile is not run by it."""
     ledger = Ledger(tmp_path / "ledger", "s", 3600)
     watcher = Watcher(approver(harness))
     async with CallgateClient(harness.tcp_target, token=harness.tokens["agent"]) as client:
@@ -61,7 +68,10 @@ async def test_an_entry_naming_a_call_of_another_tool_is_dropped_and_nothing_run
             watcher.cancel()
         await decide(approver(harness), pending.call, apb.DECISION_KIND_APPROVE_ONCE)
         other = {"path": "a.txt"}
-        ledger.put(call_key("ReadFile", other), execution_id, "planted")
+        planted = ledger.find(call_key("WriteFile", write))
+        assert planted is not None
+        assert planted.execution_id == execution_id
+        ledger.put(call_key("ReadFile", other), planted)
         fresh = await _bridge(harness, client, ledger)
         with anyio.fail_after(BOUND):
             read = await fresh.call_tool(_Ctx(), _params("ReadFile", other))  # type: ignore[arg-type]
@@ -78,7 +88,7 @@ async def test_an_entry_naming_an_unknown_call_prepares_afresh(
     ledger = Ledger(tmp_path / "ledger", "s", 3600)
     arguments = {"path": "b.txt"}
     (harness.workspace / "b.txt").write_text("b\n")
-    ledger.put(call_key("ReadFile", arguments), "call_doesnotexist", "r")
+    ledger.put(call_key("ReadFile", arguments), _entry("call_doesnotexist"))
     async with CallgateClient(harness.tcp_target, token=harness.tokens["agent"]) as client:
         bridge = await _bridge(harness, client, ledger)
         with anyio.fail_after(BOUND):
@@ -94,7 +104,7 @@ def test_a_symlink_in_place_of_the_ledger_is_not_followed(tmp_path: Path) -> Non
     directory.mkdir(mode=0o700)
     (directory / "s.json").symlink_to(victim)
     with pytest.raises(OSError, match="Too many levels of symbolic links"):
-        Ledger(directory, "s", 3600).put("k", "call_x", "r")
+        Ledger(directory, "s", 3600).put("k", _entry("call_x"))
     assert victim.read_text() == "precious\n"
 
 
@@ -105,23 +115,27 @@ def test_a_malformed_ledger_is_empty_and_entries_are_checked(tmp_path: Path) -> 
     path.write_text("{not json")
     ledger = Ledger(directory, "s", 3600)
     assert ledger.find("k") is None
-    path.write_text(json.dumps({"k": ["../../etc", "r", 1e18], "j": ["call_x", "r", "now"]}))
+    path.write_text(
+        json.dumps({"k": ["p", "../../etc", "", "r", 1e18], "j": ["p", "call_x", "", "r", "now"]})
+    )
     assert ledger.find("k") is None
     assert ledger.find("j") is None
-    ledger.put("k", "call_x", "r")
+    ledger.put("k", _entry("call_x"))
     assert ledger.find("k") is not None
+    path.write_text("[" * 100_000)  # too deep for the JSON decoder: empty, not a crash
+    assert ledger.find("k") is None
     assert os.stat(path).st_mode & 0o777 == 0o600
 
 
 def test_the_ledger_keeps_at_most_its_bound(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger", "s", 3600)
     for n in range(LEDGER_MAX + 5):
-        ledger.put(f"k{n}", f"call_{n}", "r")
+        ledger.put(f"k{n}", _entry(f"call_{n}"))
     assert ledger.find("k0") is None
     assert ledger.find(f"k{LEDGER_MAX + 4}") is not None
 
 
 def test_a_session_name_cannot_leave_the_ledger_directory(tmp_path: Path) -> None:
     for name in ("../x", "", ".hidden", "a/b"):
-        with pytest.raises(ValueError, match="plain session name"):
+        with pytest.raises(ValueError, match="plain name"):
             Ledger(tmp_path, name, 3600)

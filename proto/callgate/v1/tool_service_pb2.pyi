@@ -522,11 +522,18 @@ class InvokeRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    DETACH_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     execution_id: _builtins.str
     request_id: _builtins.str
     """Optional client UUID. Repeating an Invoke with the same request_id returns the original
     result and never repeats the effect.
+    """
+    detach: _builtins.bool
+    """Run the call to its end even if this RPC is cancelled (the client went away): the call
+    keeps running on the server within its own limits, CancelCall still stops it, and an
+    Invoke with the same request_id (required with detach) returns its outcome. Without it,
+    cancelling the RPC cancels the running call.
     """
     def __init__(
         self,
@@ -534,10 +541,11 @@ class InvokeRequest(_message.Message):
         session_id: _builtins.str = ...,
         execution_id: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        detach: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution_id", b"execution_id", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detach", b"detach", "execution_id", b"execution_id", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
