@@ -26,11 +26,16 @@ through a CONNECT tunnel of the egress proxy (its own thread, as in the server) 
 alternating, best of `--transfer-runs` each; (x') for comparison, through the fastest relay
 this process can run (blocking splice in a thread). On two cores three processes then share
 them, which bounds every relay near half the direct rate.
+Dry runs, in this process with the server's runner, alternating: (d0) `sed -i` on a small
+file run in the sandbox (what approving the command costs), (d1) the same command dry-run (its
+overlay made, run in the dry-run sandbox, the upper layer read and turned into a change set),
+and (a) applying that change set ("apply exactly this": every path checked, then written), the
+file put back untimed before each.
 Targets: (b) at most 2 ms above (s) at the median; (t) at least 100 MB/s; (x) through the proxy
 at least half the direct rate.
 
 Usage: bench/bash.py [--iterations N] [--warmup N] [--stream-runs N] [--transfer-runs N]
-                     [--strict]
+                     [--dry-runs N] [--strict]
 """
 
 from __future__ import annotations
@@ -61,10 +66,19 @@ from callgate.server.net.addresses import Endpoint
 from callgate.server.net.egress import Allowance, EgressCall, EgressProxy, EgressSettings
 from callgate.server.sandbox.bwrap import BwrapRunner, Lifeline
 from callgate.server.sandbox.limits import CommandLimiter, CommandLimits
+from callgate.server.sandbox.overlay import DryRunMount, overlay_precondition, read_upper
 from callgate.server.sandbox.probe import detect_sandbox
 from callgate.server.sandbox.program_masks import ProgramMasks
 from callgate.server.sandbox.runner import CommandSpec
 from callgate.server.sandbox.seccomp import SeccompProgram, build_program
+from callgate.server.tools.bash.change_set import (
+    Plan,
+    Step,
+    apply_plan,
+    check_plan,
+    describe,
+    plan_changes,
+)
 from callgate.server.tools.bash.command_output import run_foreground
 from callgate.server.tools.bash.command_spec import SAFE_PATH, CommandSettings, command_env
 
@@ -237,11 +251,11 @@ def bare_argv(root: Path, bwrap: str) -> list[str]:
     return BwrapRunner(bwrap).argv(bare_spec(root))
 
 
-async def run_with_runner(runner: BwrapRunner, spec: CommandSpec) -> None:
+async def run_with_runner(runner: BwrapRunner, spec: CommandSpec, expect: int = 0) -> None:
     running = await runner.start(spec)
     result = await run_foreground(running, CALL_TIMEOUT, None)
-    if result.exit_code != 0:
-        raise BenchmarkError(f"the runner's `true` failed: {result.text[:200]!r}")
+    if result.exit_code != expect:
+        raise BenchmarkError(f"the runner's `{spec.command}` failed: {result.text[:200]!r}")
 
 
 async def spawn_bare(
@@ -393,6 +407,120 @@ async def measure_confinement(root: Path, bwrap: str, iterations: int, warmup: i
             ):
                 series.samples_ns.append(end - start)
     return result
+
+
+@dataclass
+class DryRuns:
+    command: Series
+    dry_run: Series
+    apply: Series
+
+
+DRY_COMMAND: Final = "sed -i 's/old/new/' notes.txt"
+
+
+async def measure_dry_runs(root: Path, bwrap: str, iterations: int, warmup: int) -> DryRuns:
+    """(d0), (d1) and (a) alternating (see the module docstring)."""
+    workspace = root / "ws"
+    notes = workspace / "notes.txt"
+    spec = replace(bare_spec(root), command=DRY_COMMAND)
+    runner = BwrapRunner(bwrap, seccomp=build_program(), limiter=CommandLimiter(CommandLimits()))
+    mountpoint = root / "dry-run"
+    mountpoint.mkdir()
+    result = DryRuns(
+        Series("(d0) `sed -i` on a small file in the sandbox (the server's runner)"),
+        Series("(d1) the same command dry-run: overlay, run, change set"),
+        Series("(a) applying its change set: check every path, write"),
+    )
+
+    async def dry_run() -> list[Step]:
+        mount = DryRunMount(str(mountpoint), str(workspace), 64 << 20)
+        try:
+            running = await runner.start(replace(spec, dry_run=mount, pinned_dirs=()))
+            done = await run_foreground(running, CALL_TIMEOUT, None)
+            if done.exit_code != 0:
+                raise BenchmarkError(f"the dry run failed: {done.text[:200]!r}")
+            steps = plan_changes(str(workspace), read_upper(mount, 10_000))
+            describe(str(workspace), steps, 16 << 10)
+            return steps
+        finally:
+            mount.close()
+
+    for index in range(warmup + iterations):
+        notes.write_text("one\nold two\nthree\n")
+        start = time.perf_counter_ns()
+        await run_with_runner(runner, spec, expect=0)
+        ran = time.perf_counter_ns()
+        notes.write_text("one\nold two\nthree\n")
+        start_dry = time.perf_counter_ns()
+        steps = await dry_run()
+        dry = time.perf_counter_ns()
+        plan = Plan(tuple(steps))
+        start_apply = time.perf_counter_ns()
+        check_plan(str(workspace), plan)
+        apply_plan(str(workspace), plan)
+        applied = time.perf_counter_ns()
+        if notes.read_text() != "one\nnew two\nthree\n":
+            raise BenchmarkError("the change set did not land as the command would have")
+        if index >= warmup:
+            result.command.samples_ns.append(ran - start)
+            result.dry_run.samples_ns.append(dry - start_dry)
+            result.apply.samples_ns.append(applied - start_apply)
+    return result
+
+
+def print_network(network: Network) -> bool:
+    """The network rows; whether (x) met its target."""
+    namespace_ms = network.own.p50_ms() - network.shared.p50_ms()
+    print(
+        f"| a network namespace of its own for every command, (s4) minus (n0) at p50 "
+        f"| {namespace_ms:+.2f} ms | — | — |"
+    )
+    host_ms = network.one_host.p50_ms() - network.no_network.p50_ms()
+    print(
+        f"| a command approved for one host against none (its proxy), (p1) minus (p0) at p50 "
+        f"| {host_ms:+.2f} ms | — | — |"
+    )
+    direct, proxied = max(network.direct), max(network.proxied)
+    share = proxied / direct
+    share_ok = share >= TARGET_PROXY_SHARE
+    runs_direct = ", ".join(f"{rate:.0f}" for rate in network.direct)
+    runs_proxied = ", ".join(f"{rate:.0f}" for rate in network.proxied)
+    print(
+        f"| (x) 1 GiB on loopback through the proxy ({runs_proxied}) against direct "
+        f"({runs_direct}), best of {len(network.direct)} "
+        f"| {proxied:.0f} / {direct:.0f} MB/s = {share:.2f} | ≥ {TARGET_PROXY_SHARE:g} "
+        f"| {verdict(share_ok)} |"
+    )
+    runs_ceiling = ", ".join(f"{rate:.0f}" for rate in network.ceiling)
+    print(
+        f"| (x') diagnostic: the same through a blocking splice relay in a thread, no loop, "
+        f"no checks ({runs_ceiling}) | {max(network.ceiling):.0f} MB/s "
+        f"= {max(network.ceiling) / direct:.2f} | — | — |"
+    )
+    return share_ok
+
+
+async def maybe_dry_runs(root: Path, bwrap: str, args: argparse.Namespace) -> DryRuns | None:
+    """The dry-run series, when overlay mounts work here (as root)."""
+    unavailable = overlay_precondition()
+    if unavailable:
+        print(f"(dry runs not measured: {unavailable})")
+        return None
+    return await measure_dry_runs(root, bwrap, args.dry_runs, max(args.warmup // 4, 3))
+
+
+def print_dry_runs(dry_runs: DryRuns) -> None:
+    added = dry_runs.dry_run.p50_ms() - dry_runs.command.p50_ms()
+    print(
+        f"| what a dry run adds to the command, (d1) minus (d0) at p50 | {added:+.2f} ms | — | — |"
+    )
+    ratio = dry_runs.apply.p50_ms() / dry_runs.command.p50_ms()
+    print(
+        f"| applying its change set against running the command, (a) / (d0) at p50 "
+        f"| {dry_runs.apply.p50_ms():.2f} / {dry_runs.command.p50_ms():.2f} ms "
+        f"= {ratio:.2f} | — | — |"
+    )
 
 
 @dataclass
@@ -579,6 +707,7 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
     network = await measure_network(
         root, status.bwrap_path, args.iterations, args.warmup, args.transfer_runs
     )
+    dry_runs = await maybe_dry_runs(root, status.bwrap_path, args)
     overhead = e2e.p50_ms() - bare.p50_ms()
     best = max(rates)
     print(f"Sandboxed Bash, {args.iterations} samples after {args.warmup} warm-ups\n")
@@ -596,6 +725,7 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         with_runner,
         *confined,
         *networked,
+        *((dry_runs.command, dry_runs.dry_run, dry_runs.apply) if dry_runs else ()),
     ):
         print(f"| {one.label} | {one.p50_ms():.2f} | {one.p99_ms():.2f} |")
     print()
@@ -641,33 +771,9 @@ async def run(args: argparse.Namespace, root: Path) -> bool:
         f"| (t) InvokeStream `{STREAM_COMMAND}` (best of {len(rates)}: {runs}) "
         f"| {best:.0f} MB/s | ≥ {TARGET_STREAM_MBPS:g} MB/s | {verdict(stream_ok)} |"
     )
-    namespace_ms = network.own.p50_ms() - network.shared.p50_ms()
-    print(
-        f"| a network namespace of its own for every command, (s4) minus (n0) at p50 "
-        f"| {namespace_ms:+.2f} ms | — | — |"
-    )
-    host_ms = network.one_host.p50_ms() - network.no_network.p50_ms()
-    print(
-        f"| a command approved for one host against none (its proxy), (p1) minus (p0) at p50 "
-        f"| {host_ms:+.2f} ms | — | — |"
-    )
-    direct, proxied = max(network.direct), max(network.proxied)
-    share = proxied / direct
-    share_ok = share >= TARGET_PROXY_SHARE
-    runs_direct = ", ".join(f"{rate:.0f}" for rate in network.direct)
-    runs_proxied = ", ".join(f"{rate:.0f}" for rate in network.proxied)
-    print(
-        f"| (x) 1 GiB on loopback through the proxy ({runs_proxied}) against direct "
-        f"({runs_direct}), best of {len(network.direct)} "
-        f"| {proxied:.0f} / {direct:.0f} MB/s = {share:.2f} | ≥ {TARGET_PROXY_SHARE:g} "
-        f"| {verdict(share_ok)} |"
-    )
-    runs_ceiling = ", ".join(f"{rate:.0f}" for rate in network.ceiling)
-    print(
-        f"| (x') diagnostic: the same through a blocking splice relay in a thread, no loop, "
-        f"no checks ({runs_ceiling}) | {max(network.ceiling):.0f} MB/s "
-        f"= {max(network.ceiling) / direct:.2f} | — | — |"
-    )
+    share_ok = print_network(network)
+    if dry_runs is not None:
+        print_dry_runs(dry_runs)
     return overhead_ok and stream_ok and share_ok
 
 
@@ -686,6 +792,7 @@ def main() -> None:
     parser.add_argument(
         "--transfer-runs", type=positive, default=5, help="proxy throughput runs (each way)"
     )
+    parser.add_argument("--dry-runs", type=positive, default=50, help="dry-run samples")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     # Not under /tmp: the sandbox replaces /tmp, and the workspace is bound back into it
