@@ -155,11 +155,9 @@ class CallgateClient:
     With `exchange` (the default) the lifecycle operations (prepare, approve, invoke,
     get_call, cancel) travel over one Exchange stream per client instead of one RPC each,
     which roughly halves their latency; against a server without Exchange the client falls
-    back to the unary RPCs by itself. With `pipeline` (the default) `session.run` sends the
-    Invoke right behind its Prepare on that stream, naming the execution ID the client chose,
-    once the stream has answered once: one round trip for an allowed call (the server runs it
-    only if the call is APPROVED when the Invoke is taken). If the stream breaks, operations
-    waiting on it fail with
+    back to the unary RPCs by itself. `session.run` sends one message for a call the policy
+    allows (`PrepareRequest.invoke`: prepared, decided and run in one round trip). If the
+    stream breaks, operations waiting on it fail with
     `ServerUnavailableError` (with retries on, one that cannot repeat an effect is first sent
     once more on a new stream), and the next operation opens a new stream.
     """
@@ -177,7 +175,6 @@ class CallgateClient:
         max_attempts: int = 3,
         channel_options: Sequence[tuple[str, str | int]] = (),
         exchange: bool = True,
-        pipeline: bool = True,
     ) -> None:
         if token is not None and token_file is not None:
             raise ValueError("Give either token or token_file, not both.")
@@ -189,7 +186,6 @@ class CallgateClient:
         self._target = target
         self._metadata = tuple(metadata)
         self._exchange = exchange
-        self._pipeline = pipeline
         self._max_attempts = max_attempts
         self._credentials: grpc.ChannelCredentials | None = None
         if tls or root_certificates or private_key or certificate_chain:
@@ -236,9 +232,7 @@ class CallgateClient:
             if self._exchange:
                 exchange = Exchange(lambda: stub.Exchange(metadata=metadata))
             self._stub_or_none = stub
-            self._transport_or_none = Transport(
-                metadata, exchange, resend=self._max_attempts > 1, pipeline=self._pipeline
-            )
+            self._transport_or_none = Transport(metadata, exchange, resend=self._max_attempts > 1)
             self._approvals_or_none = Approvals(
                 approval_service_pb2_grpc.ApprovalServiceStub(self._channel),
                 self._transport_or_none,

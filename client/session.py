@@ -29,7 +29,7 @@ from callgate.client.errors import (
 from callgate.client.exchange import APPROVE, CANCEL_CALL, GET_CALL, INVOKE, PREPARE
 from callgate.client.models import InvokeResult, Session, State, ToolCall, ToolResult, ToolSpec
 from callgate.client.transport import Transport
-from callgate.v1 import tool_call_pb2, tool_service_pb2
+from callgate.v1 import tool_service_pb2
 
 if TYPE_CHECKING:
     from callgate.v1.tool_service_pb2_grpc import ToolServiceAsyncStub
@@ -308,9 +308,7 @@ class ClientSession:
         if call.state is State.DENIED:
             raise CallDeniedError(call)
         # Any other state goes to Invoke: the server is the authority on whether it may run
-        # and answers with the precise reason (expired, cancelled, ...) if not. The request
-        # ID is the pipelined Invoke's: if that one did start (its answer lost), this returns
-        # its outcome instead of running the call again.
+        # and answers with the precise reason (expired, cancelled, ...) if not.
         invoked_now = await self.invoke(call.execution_id, request_id=invoke_request_id)
         return invoked_now.result
 
@@ -324,94 +322,33 @@ class ClientSession:
         invoke_request_id: str = "",
         prepare_request_id: str = "",
         execution_id: str = "",
-        detach: bool = False,
     ) -> Started:
-        """The first half of `run`: prepares the call with the gate deciding it, and invokes it
-        at once when policy allows it (one round trip on the Exchange stream). Returns the
-        prepared call, and its result when it ran; a gated call is left for the caller to wait
-        for (`approve`) and invoke, with `invoke_request_id` (given, or made here) so that
-        the Invoke of a call already started returns its outcome instead of running again.
+        """The first half of `run`, in one message (`PrepareRequest.invoke`): the server
+        prepares the call, the gate decides it, and a call the policy allows runs at once and
+        comes back with its result. A gated call is left for the caller to wait for
+        (`approve`) and invoke, with `invoke_request_id` (given, or made here) so that an
+        Invoke whose answer was lost returns its outcome instead of running again.
 
-        Given the `prepare_request_id`, `execution_id`, `batch_id` and arguments of an earlier
-        start, the server returns that same call (and, if it ran, the Invoke with the same
-        `invoke_request_id` its outcome); other arguments are refused (ALREADY_EXISTS). With
-        `detach`, an Invoke made here runs to its end even if the caller goes away."""
+        A repeat with the same `prepare_request_id`, `execution_id`, `batch_id` and arguments
+        returns that same call (and its result, if it ran: never a second run); other
+        arguments are refused (ALREADY_EXISTS)."""
         invoke_request_id = invoke_request_id or str(uuid.uuid4())
-        prepare_request_id = prepare_request_id or str(uuid.uuid4())
-        if self._transport.pipelines:
-            prepared, invoked = await self._pipelined(
-                tool,
-                args,
-                loop_id,
-                batch_id,
-                invoke_request_id,
-                prepare_request_id,
-                execution_id,
-                detach,
-            )
-            if invoked is not None:
-                # Only the result is converted: the calls in both answers are not.
-                return Started(None, _result_of(invoked, prepared.execution_id), invoke_request_id)
-            return Started(call_from_proto(prepared), None, invoke_request_id)
-        call = await self.prepare(
+        request = self._prepare_request(
             tool,
             args,
-            loop_id=loop_id,
-            request_id=prepare_request_id,
-            evaluate=True,
-            batch_id=batch_id,
-            execution_id=execution_id,
+            loop_id,
+            prepare_request_id or str(uuid.uuid4()),
+            True,
+            batch_id,
+            execution_id,
         )
-        return Started(call, None, invoke_request_id)
-
-    async def _pipelined(
-        self,
-        tool: str,
-        args: Mapping[str, object] | str,
-        loop_id: str,
-        batch_id: str,
-        invoke_request_id: str,
-        prepare_request_id: str,
-        execution_id: str,
-        detach: bool = False,
-    ) -> tuple[tool_call_pb2.ToolCall, tool_service_pb2.InvokeResponse | None]:
-        """Prepare (with an execution ID chosen here) and the Invoke naming it, sent back to
-        back on the Exchange stream: one round trip for an allowed call. The server takes
-        them in order, so the Invoke runs only if the call is APPROVED by then; otherwise it
-        fails with no effect, and the caller goes the usual way from the prepared call."""
-        execution_id = execution_id or "call_" + uuid.uuid4().hex
-        prepare_request = self._prepare_request(
-            tool, args, loop_id, prepare_request_id, True, batch_id, execution_id
-        )
-        invoke_request = tool_service_pb2.InvokeRequest(
-            session_id=self.session_id,
-            execution_id=execution_id,
-            request_id=invoke_request_id,
-            detach=detach,
-        )
-        invoked: list[tool_service_pb2.InvokeResponse] = []
-
-        async def invoke() -> None:
-            # Refused when the call is not APPROVED (or, after a reconnection, not known
-            # yet): the caller then waits for a decision and invokes again.
-            with suppress(CallgateClientError):
-                invoked.append(
-                    await self._transport.operation(INVOKE, self._stub.Invoke, invoke_request)
-                )
-
-        failed: CallgateClientError | None = None
-        async with anyio.create_task_group() as group:
-            # Awaited here, after the Invoke task is only scheduled: the Prepare's message is
-            # queued first on the stream.
-            prepared = self._transport.operation(PREPARE, self._stub.Prepare, prepare_request)
-            group.start_soon(invoke)
-            try:
-                response = await prepared
-            except CallgateClientError as error:
-                failed = error  # raised once the Invoke (refused: no such call) is answered
-        if failed is not None:
-            raise failed
-        return response.call, invoked[0] if invoked else None
+        request.invoke = True
+        response = await self._transport.operation(PREPARE, self._stub.Prepare, request)
+        if response.HasField("result"):
+            return Started(
+                None, _result_of(response, response.call.execution_id), invoke_request_id
+            )
+        return Started(call_from_proto(response.call), None, invoke_request_id)
 
     async def _until_decided(self, call: ToolCall, wait: float | None) -> ToolCall:
         """Calls Approve until the call leaves PREPARED / AWAITING_APPROVAL or `wait` runs out."""
@@ -460,7 +397,10 @@ def _invoke_result(response: tool_service_pb2.InvokeResponse, execution_id: str)
     )
 
 
-def _result_of(response: tool_service_pb2.InvokeResponse, execution_id: str) -> ToolResult:
+def _result_of(
+    response: tool_service_pb2.InvokeResponse | tool_service_pb2.PrepareResponse,
+    execution_id: str,
+) -> ToolResult:
     if response.HasField("result"):
         return result_from_proto(response.result)
     if response.call.HasField("result"):

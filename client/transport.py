@@ -34,18 +34,10 @@ class Transport:
         exchange: Exchange | None = None,
         *,
         resend: bool = False,
-        pipeline: bool = True,
     ) -> None:
         self._metadata = tuple(metadata)
         self._exchange = exchange
         self._resend = resend
-        self._pipeline = pipeline
-
-    @property
-    def pipelines(self) -> bool:
-        """Whether operations go over an Exchange stream, where the server takes them in the
-        order they were sent (so an Invoke may follow its Prepare without waiting)."""
-        return self._pipeline and self._exchange is not None and self._exchange.proven
 
     async def close(self) -> None:
         """Ends the Exchange stream, if one is open."""

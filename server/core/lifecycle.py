@@ -14,6 +14,7 @@ import math
 import os
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -69,6 +70,9 @@ from .sessions import (
 )
 from .telemetry import NO_TELEMETRY, Phase, Telemetry
 from .tool import LoopState, OutputSink, ToolContext, ToolPlugin, Warmable
+
+# Derives the Invoke request ID of a one-message call from its Prepare request ID.
+_ONE_MESSAGE = uuid.UUID("6f0b7c2e-7d1a-4f4e-9a55-0c7a1d0e9b31")
 
 __all__ = [
     "APPROVE_WAIT_CAP_SECONDS",
@@ -643,6 +647,31 @@ class Lifecycle:
         record.result = result
         record.move(State.FAILED if result.is_error else State.SUCCEEDED, self.clock.now())
         return result
+
+    async def run_allowed(
+        self, principal: Principal, session_id: str, prepared: CallSnapshot, request_id: str
+    ) -> CallSnapshot:
+        """The second half of a one-message call (PrepareRequest.invoke): a call the gate
+        approved at once (policy or a remembered rule) runs now; any other is returned as it
+        is. A repeat of the Prepare (same request_id) finds the call as the first left it: one
+        still APPROVED (its first run never started) runs under the same Invoke request ID, one
+        running is waited for, and one that ended is returned with its result: it never runs
+        twice."""
+        if prepared.state is State.APPROVED:
+            decision = prepared.decision
+            if decision is None or decision.decided_by != "policy":
+                return prepared  # approved by a human: that approval's Invoke runs it
+            invoke_id = str(uuid.uuid5(_ONE_MESSAGE, request_id)) if request_id else ""
+            try:
+                return await self.invoke(principal, session_id, prepared.execution_id, invoke_id)
+            except (ResourceExhausted, Unavailable):
+                # Not started (a running limit, shutting down): the call stays APPROVED and
+                # the answer says so; the caller's Invoke gets the reason.
+                return prepared
+        if prepared.state is State.RUNNING and request_id:
+            invoke_id = str(uuid.uuid5(_ONE_MESSAGE, request_id))
+            return await self.invoke(principal, session_id, prepared.execution_id, invoke_id)
+        return prepared
 
     async def _detached(
         self, principal: Principal, session_id: str, execution_id: str, request_id: str

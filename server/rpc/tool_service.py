@@ -136,13 +136,21 @@ class ToolServicer:
                 request.tool_name,
                 arguments,
                 request.request_id,
-                request.evaluate,
+                request.evaluate or request.invoke,
                 request.batch_id,
                 request.execution_id,
             )
         settled = SETTLED.get()
         if settled is not None:
             settled.set()  # a pipelined Invoke behind it may start now
+        if request.invoke:
+            snapshot = await self.lifecycle.run_allowed(
+                call.principal, request.session_id, snapshot, request.request_id
+            )
+            message = call_to_proto(snapshot)
+            if snapshot.result is not None:
+                return pb.PrepareResponse(call=message, result=message.result)
+            return pb.PrepareResponse(call=message)
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 
     async def approve(self, request: pb.ApproveRequest, call: Call) -> pb.ApproveResponse:

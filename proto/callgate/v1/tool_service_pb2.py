@@ -29,7 +29,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63\x61llgate/v1/tool_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x19\x63\x61llgate/v1/session.proto\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\xa1\x01\n\x12OpenSessionRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12;\n\x06labels\x18\x02 \x03(\x0b\x32+.callgate.v1.OpenSessionRequest.LabelsEntry\x12\x0c\n\x04name\x18\x03 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x15\n\x13ListSessionsRequest\">\n\x14ListSessionsResponse\x12&\n\x08sessions\x18\x01 \x03(\x0b\x32\x14.callgate.v1.Session\"<\n\x13OpenSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\"%\n\x0fOpenLoopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"#\n\x10OpenLoopResponse\x12\x0f\n\x07loop_id\x18\x01 \x01(\t\"&\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolInfo\"\x96\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11input_schema_json\x18\x03 \x01(\t\x12\x19\n\x11requirement_kinds\x18\x04 \x03(\t\x12\x31\n\x0b\x61nnotations\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.ToolAnnotations\"a\n\x0fToolAnnotations\x12\x11\n\tread_only\x18\x01 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x02 \x01(\x08\x12\x12\n\nidempotent\x18\x03 \x01(\x08\x12\x12\n\nopen_world\x18\x04 \x01(\x08\"\xda\x01\n\x0ePrepareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07loop_id\x18\x02 \x01(\t\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08\x65valuate\x18\x06 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x07 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x08 \x01(\t\x12*\n\targuments\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\"6\n\x0fPrepareResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"c\n\x0e\x41pproveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"6\n\x0f\x41pproveResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"]\n\rInvokeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tach\x18\x04 \x01(\x08\"^\n\x0eInvokeResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.callgate.v1.ToolResult\"S\n\x13InvokeStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"v\n\x14InvokeStreamResponse\x12*\n\x06output\x18\x01 \x01(\x0b\x32\x18.callgate.v1.OutputChunkH\x00\x12)\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x15.callgate.v1.ToolCallH\x00\x42\x07\n\x05\x65vent\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\":\n\x0eGetCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"6\n\x0fGetCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"&\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListCallsResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"=\n\x11\x43\x61ncelCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"9\n\x12\x43\x61ncelCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"<\n\x10WatchCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"8\n\x11WatchCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"\xa0\x02\n\x0f\x45xchangeRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07prepare\x18\x02 \x01(\x0b\x32\x1b.callgate.v1.PrepareRequestH\x00\x12.\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1b.callgate.v1.ApproveRequestH\x00\x12,\n\x06invoke\x18\x04 \x01(\x0b\x32\x1a.callgate.v1.InvokeRequestH\x00\x12/\n\x08get_call\x18\x05 \x01(\x0b\x32\x1b.callgate.v1.GetCallRequestH\x00\x12\x35\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1e.callgate.v1.CancelCallRequestH\x00\x42\x0b\n\toperation\"\xc9\x02\n\x10\x45xchangeResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12/\n\x07prepare\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PrepareResponseH\x00\x12/\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1c.callgate.v1.ApproveResponseH\x00\x12-\n\x06invoke\x18\x04 \x01(\x0b\x32\x1b.callgate.v1.InvokeResponseH\x00\x12\x30\n\x08get_call\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.GetCallResponseH\x00\x12\x36\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1f.callgate.v1.CancelCallResponseH\x00\x12#\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\x8f\t\n\x0bToolService\x12P\n\x0bOpenSession\x12\x1f.callgate.v1.OpenSessionRequest\x1a .callgate.v1.OpenSessionResponse\x12S\n\x0c\x43loseSession\x12 .callgate.v1.CloseSessionRequest\x1a!.callgate.v1.CloseSessionResponse\x12M\n\nGetSession\x12\x1e.callgate.v1.GetSessionRequest\x1a\x1f.callgate.v1.GetSessionResponse\x12S\n\x0cListSessions\x12 .callgate.v1.ListSessionsRequest\x1a!.callgate.v1.ListSessionsResponse\x12G\n\x08OpenLoop\x12\x1c.callgate.v1.OpenLoopRequest\x1a\x1d.callgate.v1.OpenLoopResponse\x12J\n\tListTools\x12\x1d.callgate.v1.ListToolsRequest\x1a\x1e.callgate.v1.ListToolsResponse\x12\x44\n\x07Prepare\x12\x1b.callgate.v1.PrepareRequest\x1a\x1c.callgate.v1.PrepareResponse\x12\x44\n\x07\x41pprove\x12\x1b.callgate.v1.ApproveRequest\x1a\x1c.callgate.v1.ApproveResponse\x12\x41\n\x06Invoke\x12\x1a.callgate.v1.InvokeRequest\x1a\x1b.callgate.v1.InvokeResponse\x12U\n\x0cInvokeStream\x12 .callgate.v1.InvokeStreamRequest\x1a!.callgate.v1.InvokeStreamResponse0\x01\x12\x44\n\x07GetCall\x12\x1b.callgate.v1.GetCallRequest\x1a\x1c.callgate.v1.GetCallResponse\x12J\n\tListCalls\x12\x1d.callgate.v1.ListCallsRequest\x1a\x1e.callgate.v1.ListCallsResponse\x12M\n\nCancelCall\x12\x1e.callgate.v1.CancelCallRequest\x1a\x1f.callgate.v1.CancelCallResponse\x12L\n\tWatchCall\x12\x1d.callgate.v1.WatchCallRequest\x1a\x1e.callgate.v1.WatchCallResponse0\x01\x12K\n\x08\x45xchange\x12\x1c.callgate.v1.ExchangeRequest\x1a\x1d.callgate.v1.ExchangeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63\x61llgate/v1/tool_service.proto\x12\x0b\x63\x61llgate.v1\x1a\x19\x63\x61llgate/v1/session.proto\x1a\x1b\x63\x61llgate/v1/tool_call.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17google/rpc/status.proto\"\xa1\x01\n\x12OpenSessionRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12;\n\x06labels\x18\x02 \x03(\x0b\x32+.callgate.v1.OpenSessionRequest.LabelsEntry\x12\x0c\n\x04name\x18\x03 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x15\n\x13ListSessionsRequest\">\n\x14ListSessionsResponse\x12&\n\x08sessions\x18\x01 \x03(\x0b\x32\x14.callgate.v1.Session\"<\n\x13OpenSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.callgate.v1.Session\"%\n\x0fOpenLoopRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"#\n\x10OpenLoopResponse\x12\x0f\n\x07loop_id\x18\x01 \x01(\t\"&\n\x10ListToolsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListToolsResponse\x12$\n\x05tools\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolInfo\"\x96\x01\n\x08ToolInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x19\n\x11input_schema_json\x18\x03 \x01(\t\x12\x19\n\x11requirement_kinds\x18\x04 \x03(\t\x12\x31\n\x0b\x61nnotations\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.ToolAnnotations\"a\n\x0fToolAnnotations\x12\x11\n\tread_only\x18\x01 \x01(\x08\x12\x13\n\x0b\x64\x65structive\x18\x02 \x01(\x08\x12\x12\n\nidempotent\x18\x03 \x01(\x08\x12\x12\n\nopen_world\x18\x04 \x01(\x08\"\xea\x01\n\x0ePrepareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07loop_id\x18\x02 \x01(\t\x12\x11\n\ttool_name\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08\x65valuate\x18\x06 \x01(\x08\x12\x10\n\x08\x62\x61tch_id\x18\x07 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x08 \x01(\t\x12*\n\targuments\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06invoke\x18\n \x01(\x08\"_\n\x0fPrepareResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.callgate.v1.ToolResult\"c\n\x0e\x41pproveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\'\n\x04wait\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"6\n\x0f\x41pproveResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"]\n\rInvokeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tach\x18\x04 \x01(\x08\"^\n\x0eInvokeResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\x12\'\n\x06result\x18\x02 \x01(\x0b\x32\x17.callgate.v1.ToolResult\"S\n\x13InvokeStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"v\n\x14InvokeStreamResponse\x12*\n\x06output\x18\x01 \x01(\x0b\x32\x18.callgate.v1.OutputChunkH\x00\x12)\n\x08\x66inished\x18\x02 \x01(\x0b\x32\x15.callgate.v1.ToolCallH\x00\x42\x07\n\x05\x65vent\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\":\n\x0eGetCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"6\n\x0fGetCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"&\n\x10ListCallsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x11ListCallsResponse\x12$\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x15.callgate.v1.ToolCall\"=\n\x11\x43\x61ncelCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"9\n\x12\x43\x61ncelCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"<\n\x10WatchCallRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"8\n\x11WatchCallResponse\x12#\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x15.callgate.v1.ToolCall\"\xa0\x02\n\x0f\x45xchangeRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07prepare\x18\x02 \x01(\x0b\x32\x1b.callgate.v1.PrepareRequestH\x00\x12.\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1b.callgate.v1.ApproveRequestH\x00\x12,\n\x06invoke\x18\x04 \x01(\x0b\x32\x1a.callgate.v1.InvokeRequestH\x00\x12/\n\x08get_call\x18\x05 \x01(\x0b\x32\x1b.callgate.v1.GetCallRequestH\x00\x12\x35\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1e.callgate.v1.CancelCallRequestH\x00\x42\x0b\n\toperation\"\xc9\x02\n\x10\x45xchangeResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12/\n\x07prepare\x18\x02 \x01(\x0b\x32\x1c.callgate.v1.PrepareResponseH\x00\x12/\n\x07\x61pprove\x18\x03 \x01(\x0b\x32\x1c.callgate.v1.ApproveResponseH\x00\x12-\n\x06invoke\x18\x04 \x01(\x0b\x32\x1b.callgate.v1.InvokeResponseH\x00\x12\x30\n\x08get_call\x18\x05 \x01(\x0b\x32\x1c.callgate.v1.GetCallResponseH\x00\x12\x36\n\x0b\x63\x61ncel_call\x18\x06 \x01(\x0b\x32\x1f.callgate.v1.CancelCallResponseH\x00\x12#\n\x05\x65rror\x18\x07 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome2\x8f\t\n\x0bToolService\x12P\n\x0bOpenSession\x12\x1f.callgate.v1.OpenSessionRequest\x1a .callgate.v1.OpenSessionResponse\x12S\n\x0c\x43loseSession\x12 .callgate.v1.CloseSessionRequest\x1a!.callgate.v1.CloseSessionResponse\x12M\n\nGetSession\x12\x1e.callgate.v1.GetSessionRequest\x1a\x1f.callgate.v1.GetSessionResponse\x12S\n\x0cListSessions\x12 .callgate.v1.ListSessionsRequest\x1a!.callgate.v1.ListSessionsResponse\x12G\n\x08OpenLoop\x12\x1c.callgate.v1.OpenLoopRequest\x1a\x1d.callgate.v1.OpenLoopResponse\x12J\n\tListTools\x12\x1d.callgate.v1.ListToolsRequest\x1a\x1e.callgate.v1.ListToolsResponse\x12\x44\n\x07Prepare\x12\x1b.callgate.v1.PrepareRequest\x1a\x1c.callgate.v1.PrepareResponse\x12\x44\n\x07\x41pprove\x12\x1b.callgate.v1.ApproveRequest\x1a\x1c.callgate.v1.ApproveResponse\x12\x41\n\x06Invoke\x12\x1a.callgate.v1.InvokeRequest\x1a\x1b.callgate.v1.InvokeResponse\x12U\n\x0cInvokeStream\x12 .callgate.v1.InvokeStreamRequest\x1a!.callgate.v1.InvokeStreamResponse0\x01\x12\x44\n\x07GetCall\x12\x1b.callgate.v1.GetCallRequest\x1a\x1c.callgate.v1.GetCallResponse\x12J\n\tListCalls\x12\x1d.callgate.v1.ListCallsRequest\x1a\x1e.callgate.v1.ListCallsResponse\x12M\n\nCancelCall\x12\x1e.callgate.v1.CancelCallRequest\x1a\x1f.callgate.v1.CancelCallResponse\x12L\n\tWatchCall\x12\x1d.callgate.v1.WatchCallRequest\x1a\x1e.callgate.v1.WatchCallResponse0\x01\x12K\n\x08\x45xchange\x12\x1c.callgate.v1.ExchangeRequest\x1a\x1d.callgate.v1.ExchangeResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -69,43 +69,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLANNOTATIONS']._serialized_start=1000
   _globals['_TOOLANNOTATIONS']._serialized_end=1097
   _globals['_PREPAREREQUEST']._serialized_start=1100
-  _globals['_PREPAREREQUEST']._serialized_end=1318
-  _globals['_PREPARERESPONSE']._serialized_start=1320
-  _globals['_PREPARERESPONSE']._serialized_end=1374
-  _globals['_APPROVEREQUEST']._serialized_start=1376
-  _globals['_APPROVEREQUEST']._serialized_end=1475
-  _globals['_APPROVERESPONSE']._serialized_start=1477
-  _globals['_APPROVERESPONSE']._serialized_end=1531
-  _globals['_INVOKEREQUEST']._serialized_start=1533
-  _globals['_INVOKEREQUEST']._serialized_end=1626
-  _globals['_INVOKERESPONSE']._serialized_start=1628
-  _globals['_INVOKERESPONSE']._serialized_end=1722
-  _globals['_INVOKESTREAMREQUEST']._serialized_start=1724
-  _globals['_INVOKESTREAMREQUEST']._serialized_end=1807
-  _globals['_INVOKESTREAMRESPONSE']._serialized_start=1809
-  _globals['_INVOKESTREAMRESPONSE']._serialized_end=1927
-  _globals['_OUTPUTCHUNK']._serialized_start=1929
-  _globals['_OUTPUTCHUNK']._serialized_end=1956
-  _globals['_GETCALLREQUEST']._serialized_start=1958
-  _globals['_GETCALLREQUEST']._serialized_end=2016
-  _globals['_GETCALLRESPONSE']._serialized_start=2018
-  _globals['_GETCALLRESPONSE']._serialized_end=2072
-  _globals['_LISTCALLSREQUEST']._serialized_start=2074
-  _globals['_LISTCALLSREQUEST']._serialized_end=2112
-  _globals['_LISTCALLSRESPONSE']._serialized_start=2114
-  _globals['_LISTCALLSRESPONSE']._serialized_end=2171
-  _globals['_CANCELCALLREQUEST']._serialized_start=2173
-  _globals['_CANCELCALLREQUEST']._serialized_end=2234
-  _globals['_CANCELCALLRESPONSE']._serialized_start=2236
-  _globals['_CANCELCALLRESPONSE']._serialized_end=2293
-  _globals['_WATCHCALLREQUEST']._serialized_start=2295
-  _globals['_WATCHCALLREQUEST']._serialized_end=2355
-  _globals['_WATCHCALLRESPONSE']._serialized_start=2357
-  _globals['_WATCHCALLRESPONSE']._serialized_end=2413
-  _globals['_EXCHANGEREQUEST']._serialized_start=2416
-  _globals['_EXCHANGEREQUEST']._serialized_end=2704
-  _globals['_EXCHANGERESPONSE']._serialized_start=2707
-  _globals['_EXCHANGERESPONSE']._serialized_end=3036
-  _globals['_TOOLSERVICE']._serialized_start=3039
-  _globals['_TOOLSERVICE']._serialized_end=4206
+  _globals['_PREPAREREQUEST']._serialized_end=1334
+  _globals['_PREPARERESPONSE']._serialized_start=1336
+  _globals['_PREPARERESPONSE']._serialized_end=1431
+  _globals['_APPROVEREQUEST']._serialized_start=1433
+  _globals['_APPROVEREQUEST']._serialized_end=1532
+  _globals['_APPROVERESPONSE']._serialized_start=1534
+  _globals['_APPROVERESPONSE']._serialized_end=1588
+  _globals['_INVOKEREQUEST']._serialized_start=1590
+  _globals['_INVOKEREQUEST']._serialized_end=1683
+  _globals['_INVOKERESPONSE']._serialized_start=1685
+  _globals['_INVOKERESPONSE']._serialized_end=1779
+  _globals['_INVOKESTREAMREQUEST']._serialized_start=1781
+  _globals['_INVOKESTREAMREQUEST']._serialized_end=1864
+  _globals['_INVOKESTREAMRESPONSE']._serialized_start=1866
+  _globals['_INVOKESTREAMRESPONSE']._serialized_end=1984
+  _globals['_OUTPUTCHUNK']._serialized_start=1986
+  _globals['_OUTPUTCHUNK']._serialized_end=2013
+  _globals['_GETCALLREQUEST']._serialized_start=2015
+  _globals['_GETCALLREQUEST']._serialized_end=2073
+  _globals['_GETCALLRESPONSE']._serialized_start=2075
+  _globals['_GETCALLRESPONSE']._serialized_end=2129
+  _globals['_LISTCALLSREQUEST']._serialized_start=2131
+  _globals['_LISTCALLSREQUEST']._serialized_end=2169
+  _globals['_LISTCALLSRESPONSE']._serialized_start=2171
+  _globals['_LISTCALLSRESPONSE']._serialized_end=2228
+  _globals['_CANCELCALLREQUEST']._serialized_start=2230
+  _globals['_CANCELCALLREQUEST']._serialized_end=2291
+  _globals['_CANCELCALLRESPONSE']._serialized_start=2293
+  _globals['_CANCELCALLRESPONSE']._serialized_end=2350
+  _globals['_WATCHCALLREQUEST']._serialized_start=2352
+  _globals['_WATCHCALLREQUEST']._serialized_end=2412
+  _globals['_WATCHCALLRESPONSE']._serialized_start=2414
+  _globals['_WATCHCALLRESPONSE']._serialized_end=2470
+  _globals['_EXCHANGEREQUEST']._serialized_start=2473
+  _globals['_EXCHANGEREQUEST']._serialized_end=2761
+  _globals['_EXCHANGERESPONSE']._serialized_start=2764
+  _globals['_EXCHANGERESPONSE']._serialized_end=3093
+  _globals['_TOOLSERVICE']._serialized_start=3096
+  _globals['_TOOLSERVICE']._serialized_end=4263
 # @@protoc_insertion_point(module_scope)

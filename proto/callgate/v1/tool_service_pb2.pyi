@@ -378,6 +378,7 @@ class PrepareRequest(_message.Message):
     BATCH_ID_FIELD_NUMBER: _builtins.int
     EXECUTION_ID_FIELD_NUMBER: _builtins.int
     ARGUMENTS_FIELD_NUMBER: _builtins.int
+    INVOKE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     loop_id: _builtins.str
     """Empty: the session's default loop."""
@@ -411,6 +412,15 @@ class PrepareRequest(_message.Message):
     (with evaluate, APPROVED, DENIED or AWAITING_APPROVAL), and runs only if it is APPROVED
     at that moment; otherwise it fails as any Invoke of that call would, with no effect.
     """
+    invoke: _builtins.bool
+    """One message for a call the policy allows: the server freezes the call, asks the gate
+    (invoke implies evaluate) and, when the gate approves it at once (by policy or a
+    remembered rule, never a later human decision), runs it and answers once with the call
+    in its final state and its result. Gated or denied, the answer is the call as with
+    evaluate, nothing runs, and a later approval still needs an Invoke. A repeat with the same
+    request_id returns the stored call and result and never runs it again. Output is not
+    streamed: use InvokeStream for that.
+    """
     @_builtins.property
     def arguments(self) -> _struct_pb2.Struct:
         """The tool's arguments as a Struct, for clients that build messages rather than JSON text
@@ -432,10 +442,11 @@ class PrepareRequest(_message.Message):
         batch_id: _builtins.str = ...,
         execution_id: _builtins.str = ...,
         arguments: _struct_pb2.Struct | None = ...,
+        invoke: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "execution_id", b"execution_id", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments", b"arguments", "arguments_json", b"arguments_json", "batch_id", b"batch_id", "evaluate", b"evaluate", "execution_id", b"execution_id", "invoke", b"invoke", "loop_id", b"loop_id", "request_id", b"request_id", "session_id", b"session_id", "tool_name", b"tool_name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -446,16 +457,24 @@ class PrepareResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CALL_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def call(self) -> _tool_call_pb2.ToolCall: ...
+    def call(self) -> _tool_call_pb2.ToolCall:
+        """The call: with invoke, in its final state when it ran."""
+
+    @_builtins.property
+    def result(self) -> _tool_call_pb2.ToolResult:
+        """Set when the call ran (PrepareRequest.invoke): the same as call.result."""
+
     def __init__(
         self,
         *,
         call: _tool_call_pb2.ToolCall | None = ...,
+        result: _tool_call_pb2.ToolResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
