@@ -18,8 +18,12 @@ few and exits 1 if there is any. It prints the server's memory (VmRSS and VmHWM 
 calls/s and per-call latency percentiles (all calls, Bash, the rest, each tool). The server
 is stopped on exit, failed or not.
 
+With `--only TOOL` every call is that tool's step of the mix (a tool's throughput alone), and
+`--ripgrep on|off` picks Grep's engine (ripgrep confined in a process per call, or the walk
+inside the server).
+
 Usage: bench/load.py [--agents N] [--calls N] [--sandbox auto|bwrap|none]
-                     [--log-level LEVEL] [--json]
+                     [--log-level LEVEL] [--only TOOL] [--ripgrep on|off] [--json]
 """
 
 from __future__ import annotations
@@ -97,6 +101,11 @@ class Settings:
     calls: int
     sandbox: str
     log_level: str
+    # One tool of the mix alone (its step for every call), or "" for the whole mix.
+    only: str = ""
+    # Grep's engine: the server's default when None, else ripgrep (confined, a process per
+    # call) or the in-server walk.
+    ripgrep: bool | None = None
 
 
 # --- the workspace ------------------------------------------------------------------------
@@ -145,7 +154,12 @@ def write_config(root: Path, settings: Settings) -> tuple[Path, list[str]]:
         f'sandbox = "{settings.sandbox}"\n'
         f'log_level = "{settings.log_level}"\n\n'
         '[access]\nworkspace_write = "allow"\ncommand = "allow"\n'
-        + (f"\n[limits]\n{limits}" if limits else ""),
+        + (f"\n[limits]\n{limits}" if limits else "")
+        + (
+            f"\n[tools]\nripgrep = {'true' if settings.ripgrep else 'false'}\n"
+            if settings.ripgrep is not None
+            else ""
+        ),
         encoding="utf-8",
     )
     return config, notes
@@ -367,10 +381,12 @@ class Planned:
     """Text the result must contain; empty for no check beyond `is_error`."""
 
 
-def plan(agent: int, index: int) -> Planned:
+def plan(agent: int, index: int, only: str = "") -> Planned:
     """The `index`-th call of agent `agent`: step `index % 10` of the mix, on files of its
-    own in cycle `index // 10`."""
+    own in cycle `index // 10`; with `only`, that tool's step, in cycle `index`."""
     cycle, step = divmod(index, len(MIX))
+    if only:
+        cycle, step = index, MIX.index(only)
     own = f"agents/a{agent:03d}/note{cycle:03d}.txt"
     module = f"shared/module_{(agent + cycle) % SHARED_MODULES}.py"
     match step:
@@ -411,9 +427,11 @@ def wrong(result: ToolResult, planned: Planned) -> str:
     return ""
 
 
-async def one_call(session: ClientSession, agent: int, index: int, tally: Tally) -> None:
+async def one_call(
+    session: ClientSession, agent: int, index: int, tally: Tally, only: str = ""
+) -> None:
     """Runs one planned call and records its latency, or the error it ended in."""
-    planned = plan(agent, index)
+    planned = plan(agent, index, only)
     try:
         # asyncio.timeout arms a timer rather than wrapping the call in a task, and it is
         # armed before the clock starts.
@@ -460,7 +478,7 @@ async def run_agent(
                 phases.ready.arrive()
                 await phases.go.wait()
                 for index in range(settings.calls):
-                    await one_call(session, agent, index, tally)
+                    await one_call(session, agent, index, tally, settings.only)
                 done = True
                 phases.done.arrive()
                 await phases.release.wait()
@@ -621,6 +639,12 @@ def print_markdown(results: Results) -> None:
         f"{env['platform']}; sandbox {env['sandbox']}; one client (channel + Exchange stream) "
         "and one session per agent, all on one asyncio loop in one process; gRPC over a Unix "
         f"socket; headless, log level {settings.log_level}"
+        + (f"; only {settings.only}" if settings.only else "")
+        + (
+            f"; Grep engine {'ripgrep' if settings.ripgrep else 'in-server walk'}"
+            if settings.ripgrep is not None
+            else ""
+        )
     )
     print("limits: " + "; ".join(results.limit_notes))
     print(
@@ -766,10 +790,28 @@ def main() -> None:
         default="info",
         help="the server's log level (default: info, its own default)",
     )
+    parser.add_argument(
+        "--only",
+        choices=sorted(set(MIX) - {"EditFile", "TaskList"}),
+        default="",
+        help="run only this tool's step of the mix (a tool's throughput alone)",
+    )
+    parser.add_argument(
+        "--ripgrep",
+        choices=["on", "off"],
+        default=None,
+        help="Grep's engine: ripgrep, confined, a process per call (on) or the in-server walk "
+        "(off); default: the server's",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     settings = Settings(
-        agents=args.agents, calls=args.calls, sandbox=args.sandbox, log_level=args.log_level
+        agents=args.agents,
+        calls=args.calls,
+        sandbox=args.sandbox,
+        log_level=args.log_level,
+        only=args.only,
+        ripgrep=None if args.ripgrep is None else args.ripgrep == "on",
     )
     with tempfile.TemporaryDirectory(prefix="cgbench-load-") as scratch:
         root = Path(scratch).resolve()

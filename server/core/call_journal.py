@@ -51,13 +51,21 @@ def journal_change(
         principal=owner,
         data=data,
     )
-    # One log line per end, and per decision that is a denial or a human's, with the IDs
-    # and no arguments or output (approvals by policy are in the journal).
-    routine = (
-        kind == "call.decided" and state is State.APPROVED and (data.get("decided_by") == "policy")
+    # One log line per end that is not a policy-allowed success, and per decision that is a
+    # denial or a human's, with the IDs and no arguments or output (the journal has all).
+    by_policy = record.decision is not None and record.decision.decided_by == "policy"
+    if kind == "call.decided" and state is State.APPROVED and by_policy:
+        return
+    # A call the policy allowed that ran well is routine (at debug): the journal has it; the
+    # log keeps at info what an operator looks at (denials, human decisions, failures).
+    level = (
+        logging.DEBUG
+        if kind == "call.finished" and state is State.SUCCEEDED and by_policy
+        else logging.INFO
     )
-    if not routine and log.isEnabledFor(logging.INFO):
-        log.info(
+    if log.isEnabledFor(level):
+        log.log(
+            level,
             "call decided" if kind == "call.decided" else "call finished",
             extra={
                 "session_id": record.session_id,

@@ -14,7 +14,6 @@ import math
 import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -70,9 +69,6 @@ from .sessions import (
 )
 from .telemetry import NO_TELEMETRY, Phase, Telemetry
 from .tool import LoopState, OutputSink, ToolContext, ToolPlugin, Warmable
-
-# Derives the Invoke request ID of a one-message call from its Prepare request ID.
-_ONE_MESSAGE = uuid.UUID("6f0b7c2e-7d1a-4f4e-9a55-0c7a1d0e9b31")
 
 __all__ = [
     "APPROVE_WAIT_CAP_SECONDS",
@@ -661,7 +657,8 @@ class Lifecycle:
             decision = prepared.decision
             if decision is None or decision.decided_by != "policy":
                 return prepared  # approved by a human: that approval's Invoke runs it
-            invoke_id = str(uuid.uuid5(_ONE_MESSAGE, request_id)) if request_id else ""
+            # The Prepare's request ID serves its Invoke too (a UUID, in another table).
+            invoke_id = request_id
             try:
                 return await self.invoke(principal, session_id, prepared.execution_id, invoke_id)
             except (ResourceExhausted, Unavailable):
@@ -669,8 +666,7 @@ class Lifecycle:
                 # the answer says so; the caller's Invoke gets the reason.
                 return prepared
         if prepared.state is State.RUNNING and request_id:
-            invoke_id = str(uuid.uuid5(_ONE_MESSAGE, request_id))
-            return await self.invoke(principal, session_id, prepared.execution_id, invoke_id)
+            return await self.invoke(principal, session_id, prepared.execution_id, request_id)
         return prepared
 
     async def _detached(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import anyio
@@ -15,6 +16,7 @@ from ..core.fair_gate import SETTLED, FairGate
 from .convert import (
     call_to_proto,
     check_struct_arguments,
+    result_to_proto,
     session_to_proto,
     struct_arguments_text,
     tool_info_to_proto,
@@ -147,10 +149,13 @@ class ToolServicer:
             snapshot = await self.lifecycle.run_allowed(
                 call.principal, request.session_id, snapshot, request.request_id
             )
-            message = call_to_proto(snapshot)
-            if snapshot.result is not None:
-                return pb.PrepareResponse(call=message, result=message.result)
-            return pb.PrepareResponse(call=message)
+            if snapshot.result is None:
+                return pb.PrepareResponse(call=call_to_proto(snapshot))
+            # The result once, in `result` (its text is most of the message).
+            return pb.PrepareResponse(
+                call=call_to_proto(dataclasses.replace(snapshot, result=None)),
+                result=result_to_proto(snapshot.result),
+            )
         return pb.PrepareResponse(call=call_to_proto(snapshot))
 
     async def approve(self, request: pb.ApproveRequest, call: Call) -> pb.ApproveResponse:

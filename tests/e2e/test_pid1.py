@@ -24,7 +24,10 @@ pytestmark = [pytest.mark.anyio, *bwrap_only]
 
 SETTLE_TIMEOUT = 5.0
 """Seconds a last SIGCHLD may take to be handled."""
-CONFIG = 'approval_mode = "headless"\nsandbox = "bwrap"\n\n[access]\ncommand = "allow"\n'
+CONFIG = (
+    'approval_mode = "headless"\nsandbox = "bwrap"\n\n[access]\ncommand = "allow"\n\n'
+    "[tools]\nripgrep = true\n"
+)
 
 
 @pytest.fixture

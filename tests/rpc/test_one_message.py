@@ -62,7 +62,7 @@ async def test_an_allowed_call_is_prepared_run_and_answered_in_one_message(
     answer = await stub.Prepare(_request(session_id, "ReadFile", {"path": "README.md"}))
     assert answer.call.state == tool_call_pb2.STATE_SUCCEEDED
     assert "hello" in answer.result.text
-    assert answer.result == answer.call.result
+    assert not answer.call.HasField("result")  # sent once, in `result`
     kinds = await _kinds(noting, answer.call.execution_id)
     assert kinds[:1] == ["call.prepared"]
     assert "call.invoked" in kinds

@@ -25,9 +25,10 @@ ATTEMPTS = 2000
 TOKEN_PATTERN = "^[A-Za-z0-9_-]{40,}$"
 
 
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
-    async with serve(tmp_path, sandbox="bwrap") as running:
+@pytest.fixture(params=[True, False], ids=["ripgrep", "walk"])
+async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Both engines: ripgrep confined by bubblewrap, and the walk in the server."""
+    async with serve(tmp_path, sandbox="bwrap", tools={"ripgrep": request.param}) as running:
         yield running
 
 

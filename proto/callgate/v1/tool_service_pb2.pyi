@@ -460,11 +460,13 @@ class PrepareResponse(_message.Message):
     RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def call(self) -> _tool_call_pb2.ToolCall:
-        """The call: with invoke, in its final state when it ran."""
+        """The call: with invoke, in its final state when it ran (its result then in `result` only,
+        sent once).
+        """
 
     @_builtins.property
     def result(self) -> _tool_call_pb2.ToolResult:
-        """Set when the call ran (PrepareRequest.invoke): the same as call.result."""
+        """Set when the call ran (PrepareRequest.invoke): its result; call.result is left unset."""
 
     def __init__(
         self,

@@ -36,6 +36,7 @@ from .patterns import (
     PatternUnsupported,
     compile_grep_regex,
     grep_ripgrep_regex,
+    whole_text_prefilter,
 )
 from .walk import NOISE_NAMES, SearchTimedOut, check_deadline, join_path, walk_entries
 
@@ -82,11 +83,15 @@ class GrepPlan:
         return self.glob is None or self.glob.matches(rel)
 
 
-def python_search(plan: GrepPlan, regex: LineMatcher) -> None:
-    """The pure-Python engine: walk, filter and scan, in the same order as ripgrep."""
+def python_search(plan: GrepPlan, regex: LineMatcher, whole: LineMatcher | None = None) -> None:
+    """The in-server engine: walk, filter and scan, in the same order as ripgrep; `whole`
+    (the pattern in multi-line mode) skips a file that holds no match without looking at its
+    lines one by one."""
 
     def is_hit(_: int, text: str) -> bool:
         return regex.search(text) is not None
+
+    prefilter = whole.search if whole is not None else None
 
     root = plan.ctx.workspace.root
     check_deadline(plan.deadline)
@@ -97,7 +102,7 @@ def python_search(plan: GrepPlan, regex: LineMatcher) -> None:
             return
         try:
             if _readable(fd, plan):
-                scan_file(fd, plan.shown_prefix, is_hit, plan.out, plan.deadline)
+                scan_file(fd, plan.shown_prefix, is_hit, plan.out, plan.deadline, prefilter)
         finally:
             os.close(fd)
         return
@@ -121,7 +126,14 @@ def python_search(plan: GrepPlan, regex: LineMatcher) -> None:
                     continue
                 try:
                     if _readable(fd, plan):
-                        scan_file(fd, plan.shown_prefix + rel, is_hit, plan.out, plan.deadline)
+                        scan_file(
+                            fd,
+                            plan.shown_prefix + rel,
+                            is_hit,
+                            plan.out,
+                            plan.deadline,
+                            prefilter,
+                        )
                 finally:
                     os.close(fd)
                 if plan.out.full:
@@ -146,12 +158,15 @@ def _rg_exclusions(protected: ProtectedPaths) -> list[str]:
 
 async def search_in_python(artifact: GrepArtifact, plan: GrepPlan) -> None:
     regex = compile_grep_regex(artifact.pattern, artifact.ignore_case)
+    whole = whole_text_prefilter(artifact.pattern, artifact.ignore_case)
     remaining = plan.deadline - time.monotonic()
     with anyio.move_on_after(max(remaining, 0)) as scope:
         # Abandoned on timeout or cancellation (a CancelCall, the server's shutdown): the
         # worker sees `abandoned` (or its deadline) at its next check and stops by itself.
         try:
-            await anyio.to_thread.run_sync(python_search, plan, regex, abandon_on_cancel=True)
+            await anyio.to_thread.run_sync(
+                python_search, plan, regex, whole, abandon_on_cancel=True
+            )
         finally:
             plan.out.abandoned = True
     if scope.cancelled_caught:

@@ -4,11 +4,13 @@ match and byte caps, and the result text."""
 from __future__ import annotations
 
 import io
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...core.models import ToolResult
+from ...sandbox.fsaccess import read_up_to
 from ..common import display
 from .walk import SearchTimedOut, check_deadline
 
@@ -106,14 +108,27 @@ class _FileScan:
         out.over_bytes = out.over_bytes or self.over
 
 
+PREFILTER_BYTES = 1 << 20
+"""Files up to this size are read whole first and skipped when no line can match."""
+
+
 def scan_file(
-    fd: int, rel: str, is_hit: Callable[[int, str], bool], out: GrepOutput, deadline: float
+    fd: int,
+    rel: str,
+    is_hit: Callable[[int, str], bool],
+    out: GrepOutput,
+    deadline: float,
+    prefilter: Callable[[str], object | None] | None = None,
 ) -> None:
     """Search one open file and add its lines to `out` (all of them, or none if the file is
-    not UTF-8 text). `is_hit` decides whether a line matches."""
+    not UTF-8 text). `is_hit` decides whether a line matches. `prefilter`, a search of the
+    whole text that finds a match wherever a line would (the pattern in multi-line mode),
+    lets a file without one be skipped without its lines being looked at one by one."""
     check_deadline(deadline)
     if out.abandoned:
         raise SearchTimedOut
+    if prefilter is not None and not _may_match(fd, prefilter):
+        return
     reader = io.BufferedReader(io.FileIO(fd, "rb", closefd=False), 1 << 16)
     scan = _FileScan(rel, out)
     for number, raw in enumerate(reader, start=1):
@@ -131,6 +146,25 @@ def scan_file(
             text = text.removesuffix("\n")
             scan.feed(number, text, is_hit(number, text))
     scan.commit()
+
+
+def _may_match(fd: int, prefilter: Callable[[str], object | None]) -> bool:
+    """False when the file (up to PREFILTER_BYTES) is not text or holds no match at all;
+    True otherwise, with the file's offset back at its start."""
+    data = read_up_to(fd, PREFILTER_BYTES)
+    if data is None:  # larger: its lines are looked at as they come
+        os.lseek(fd, 0, os.SEEK_SET)
+        return True
+    if b"\x00" in data:
+        return False
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    if prefilter(text) is None:
+        return False
+    os.lseek(fd, 0, os.SEEK_SET)
+    return True
 
 
 def grep_result(out: GrepOutput, rel: str) -> ToolResult:

@@ -353,13 +353,27 @@ def _re2_options() -> Any:
     return options
 
 
-def compile_grep_regex(pattern: str, ignore_case: bool) -> LineMatcher:
+_LINE_BOUND_FLAG = re.compile(r"\(\?[a-zA-Z]*-[a-zA-Z]*m|\(\?[a-zA-Z]*m")
+
+
+def whole_text_prefilter(pattern: str, ignore_case: bool) -> LineMatcher | None:
+    """The pattern compiled for a whole text (multi-line mode), for skipping files: None when
+    it might miss a line's match there (`\\A`, or an inline flag that changes `m`)."""
+    if "\\A" in pattern or _LINE_BOUND_FLAG.search(pattern):
+        return None
+    return compile_grep_regex(pattern, ignore_case, multiline=True)
+
+
+def compile_grep_regex(pattern: str, ignore_case: bool, *, multiline: bool = False) -> LineMatcher:
     """The RE2 matcher for a Grep pattern (linear time in the line's length);
-    PatternUnsupported when either engine would refuse it or read it differently."""
+    PatternUnsupported when either engine would refuse it or read it differently. With
+    `multiline`, for searching a whole text: `^` and `$` match at every line's start and end,
+    so it matches wherever a line of the text would (and perhaps more, never less)."""
     translated = grep_python_regex(pattern)
+    flags = ("i" if ignore_case else "") + ("m" if multiline else "")
     try:
         matcher: LineMatcher = re2.compile(
-            ("(?i)" if ignore_case else "") + translated, _re2_options()
+            (f"(?{flags})" if flags else "") + translated, _re2_options()
         )
     except re2.error as exc:
         raise PatternUnsupported(f"invalid regex: {exc}") from None
