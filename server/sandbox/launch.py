@@ -167,10 +167,8 @@ class LaunchedCommand:
         """Read what limit the command hit, and leave its cgroups to the limiter's sweep (while
         the next command runs, and at shutdown): the kernel empties a PID namespace
         asynchronously, so a removal now may fail for a moment, and waiting here would cost
-        every command ~20 ms. A command that exited 0 was not stopped by a limit: its
-        cgroups' event counters are not read (the sweep reads them, off the answer's path)."""
-        if self.returncode != 0:
-            placement.settle()
+        every command ~20 ms."""
+        placement.settle()
         limiter.leftover(placement)
 
     async def _terminate_tree(self, grace: float) -> None:
