@@ -29,9 +29,7 @@ PATTERNS = [
     r"\Bo",
 ]
 
-LINES = st.lists(
-    st.text(alphabet="fobarxé \t\r0123456789😀", max_size=12), min_size=0, max_size=8
-)
+LINES = st.lists(st.text(alphabet="fobarxé \t\r0123456789😀", max_size=12), min_size=0, max_size=8)
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
