@@ -156,13 +156,14 @@ async def test_invoke_runs_the_prepared_artifact_not_later_arguments(writable: H
 
 
 def test_invoke_requests_carry_no_tool_arguments() -> None:
-    """InvokeRequest and InvokeStreamRequest have exactly session_id, execution_id, request_id."""
-    for message in (tool_service_pb2.InvokeRequest, tool_service_pb2.InvokeStreamRequest):
-        assert {f.name for f in message.DESCRIPTOR.fields} == {
-            "session_id",
-            "execution_id",
-            "request_id",
-        }
+    """InvokeRequest and InvokeStreamRequest name a call and how to take it (session_id,
+    execution_id, request_id; an Invoke may also `detach`), never any of its arguments."""
+    names = {"session_id", "execution_id", "request_id"}
+    assert {f.name for f in tool_service_pb2.InvokeStreamRequest.DESCRIPTOR.fields} == names
+    assert {f.name for f in tool_service_pb2.InvokeRequest.DESCRIPTOR.fields} == {*names, "detach"}
+    assert tool_service_pb2.InvokeRequest.DESCRIPTOR.fields_by_name["detach"].type == (
+        tool_service_pb2.InvokeRequest.DESCRIPTOR.fields_by_name["detach"].TYPE_BOOL
+    )
 
 
 async def test_a_second_invoke_is_refused_and_the_effect_happens_once(writable: Harness) -> None:

@@ -78,5 +78,7 @@ async def test_a_flipping_symlink_never_makes_grep_read_outside(harness: Harness
         async with anyio.create_task_group() as group:
             for _ in range(4):
                 group.start_soon(grep_many, ATTEMPTS // 4)
-    assert flips[0] > ATTEMPTS
+    # The race ran: the file flipped all along (the walk answers faster than ripgrep starts,
+    # so it sees fewer flips per Grep; at least one per two Greps either way).
+    assert flips[0] > ATTEMPTS // 2
     assert hits == []

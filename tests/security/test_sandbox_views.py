@@ -144,10 +144,11 @@ async def test_a_workspace_too_large_to_check_in_time_is_refused(tmp_path: Path)
 async def test_grep_and_a_hard_linked_read_over_the_scan_budget_fail_closed(
     tmp_path: Path,
 ) -> None:
-    """Past the scan budget, confined Grep is refused (`scan_timed_out`) rather than search with
-    masks that might be incomplete, and a file with several names is not read (it might be
-    another name of a secret)."""
-    async with serve(tmp_path, sandbox="bwrap", tools={"scan_seconds": 0.001}) as harness:
+    """Past the scan budget, confined Grep (ripgrep) is refused (`scan_timed_out`) rather than
+    search with masks that might be incomplete, and a file with several names is not read (it
+    might be another name of a secret)."""
+    tools = {"scan_seconds": 0.001, "ripgrep": True}
+    async with serve(tmp_path, sandbox="bwrap", tools=tools) as harness:
         plant_large_workspace(harness.workspace, 5_000)
         (harness.workspace / "plain.txt").write_text("plain\n")
         os.link(harness.workspace / "plain.txt", harness.workspace / "plain-too.txt")
@@ -160,3 +161,22 @@ async def test_grep_and_a_hard_linked_read_over_the_scan_budget_fail_closed(
         assert "plain" not in read.result.text.replace("plain-too.txt", "")
         single = await run(stub, session, "ReadFile", {"path": "node_modules/pkg0/lib0/m0.js"})
         assert "module.exports" in single.result.text
+
+
+async def test_the_walking_grep_over_the_scan_budget_skips_a_file_with_several_names(
+    tmp_path: Path,
+) -> None:
+    """The in-server Grep needs no scan up front; a file with several names would cost one,
+    and past the budget it is not read (fail closed): neither of its names is reported."""
+    async with serve(tmp_path, sandbox="bwrap", tools={"scan_seconds": 0.001}) as harness:
+        plant_large_workspace(harness.workspace, 5_000)
+        (harness.workspace / "plain.txt").write_text("plain\n")
+        os.link(harness.workspace / "plain.txt", harness.workspace / "plain-too.txt")
+        (harness.workspace / "single.txt").write_text("plain single\n")
+        stub = harness.stub()
+        session = await open_session(stub)
+        grep = await run(stub, session, "Grep", {"pattern": "plain"})
+    assert not grep.result.is_error, grep.result.text
+    assert "single.txt:1:plain single" in grep.result.text
+    assert "plain.txt:" not in grep.result.text
+    assert "plain-too.txt:" not in grep.result.text

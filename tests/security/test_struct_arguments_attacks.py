@@ -107,7 +107,9 @@ async def test_struct_arguments_do_not_block_the_servers_loop(harness: Harness) 
     json_gap = await _max_loop_gap(lambda: send(as_json, 4))
     struct_gap = await _max_loop_gap(lambda: send(big, 4))
     print(f"max loop gap: arguments_json {json_gap:.3f}s, Struct {struct_gap:.3f}s")
-    assert struct_gap < 0.5, (
+    # The old code held the loop ~1 s per request (4 s here); a loaded two-core machine may
+    # stretch a fair gap past half a second.
+    assert struct_gap < 1.0, (
         f"4 Struct Prepares blocked the server's loop for {struct_gap:.2f}s at a stretch "
         f"(the same size as arguments_json: {json_gap:.3f}s)"
     )
