@@ -99,6 +99,7 @@ check: lint typecheck buf-lint proto-check test
 
 bench: install install-system
 	$(PY) bench/run.py
+	$(PY) -m bench.cpu
 	$(PY) bench/bash.py
 	$(PY) bench/load.py
 	$(PY) bench/confinement.py
