@@ -126,15 +126,7 @@ class Exchange:
         self._ids = itertools.count(1)
         self._slots = anyio.Semaphore(MAX_IN_FLIGHT, fast_acquire=True)
         self._unavailable = False
-        self._answered = False
         self._closed = False
-
-    @property
-    def proven(self) -> bool:
-        """True once the server has answered an operation on an Exchange stream (so it has
-        Exchange); until then nothing is pipelined, since an older server would take the
-        operations as separate RPCs, in no particular order."""
-        return self._answered and not self._unavailable
 
     async def request(
         self, operation: Operation[_Request, _Response], request: _Request
@@ -154,7 +146,6 @@ class Exchange:
             except ExchangeUnavailable:
                 self._unavailable = True
                 raise
-        self._answered = True
         return operation.answer(response)
 
     async def close(self) -> None:

@@ -20,7 +20,8 @@ The upper layer as overlayfs leaves it: new and changed files and directories as
 replaced one of the lower layer marked opaque (`trusted.overlay.opaque`). `redirect_dir`,
 `metacopy`, `index` and `xino` are off, so nothing else appears.
 
-Needs CAP_SYS_ADMIN (the server running as root): `unavailable()` says why not otherwise.
+Needs CAP_SYS_ADMIN (the server running as root): `overlay_precondition()` says why not
+otherwise.
 """
 
 from __future__ import annotations
@@ -29,12 +30,9 @@ import contextlib
 import ctypes
 import os
 import stat
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 __all__ = [
@@ -42,7 +40,6 @@ __all__ = [
     "DryRunMount",
     "UpperEntry",
     "overlay_precondition",
-    "overlay_unavailable",
     "read_upper",
 ]
 
@@ -233,41 +230,4 @@ def overlay_precondition() -> str:
         os.close(fs)
     except OSError as exc:
         return f"overlay mounts do not work here ({exc.strerror or exc})"[:200]
-    return ""
-
-
-def overlay_unavailable(bwrap: str, state_dir: Path) -> str:
-    """Why dry runs cannot be made here ("" when they can): a probe that writes a file in an
-    overlay of an empty directory through the helper and bubblewrap."""
-    if overlay_precondition():
-        return overlay_precondition()
-    try:
-        with tempfile.TemporaryDirectory(dir=state_dir, prefix="dry-run-probe-") as scratch:
-            lower, mountpoint = Path(scratch, "lower"), Path(scratch, "mnt")
-            lower.mkdir()
-            mountpoint.mkdir()
-            mount = DryRunMount(str(mountpoint), str(lower), 1 << 20)
-            try:
-                argv = [
-                    bwrap, "--ro-bind", "/", "/", "--bind", mount.merged, str(lower),
-                    "--unshare-all", "--die-with-parent", "--",
-                    "/bin/sh", "-c", f"echo probe > {lower}/probe",
-                ]  # fmt: skip
-                done = subprocess.run(  # our own argv, no shell text of anyone's
-                    mount.helper_argv(argv),
-                    pass_fds=[mount.fd],
-                    capture_output=True,
-                    timeout=30,
-                    check=False,
-                )
-                wrote = [e.path for e in read_upper(mount, 16)]
-            finally:
-                mount.close()
-            if done.returncode != 0 or wrote != ["probe"] or os.listdir(lower):
-                detail = done.stderr.decode(errors="replace").strip().splitlines()
-                return "overlay mounts do not work here" + (f" ({detail[-1]})" if detail else "")
-    except OSError as exc:
-        return f"overlay mounts do not work here ({exc.strerror or exc})"[:200]
-    except subprocess.SubprocessError as exc:
-        return f"overlay mounts do not work here ({exc})"[:200]
     return ""
