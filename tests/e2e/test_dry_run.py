@@ -258,3 +258,25 @@ async def test_the_terminal_approver_dry_runs_and_applies(tmp_path: Path) -> Non
     assert "apply changes" in screen.getvalue()
     assert not response.result.is_error
     assert (harness.workspace / "t.txt").read_text() == "after\n"
+
+
+@needs_root
+async def test_a_change_in_a_large_directory_is_applicable_and_lands(tmp_path: Path) -> None:
+    """Only a directory the command deletes is walked whole: editing one file of a directory
+    of 10,001 entries (more than a deleted tree may hold) is an ordinary change set."""
+    async with dry_run_server(tmp_path) as harness:
+        crowded = harness.workspace / "crowded"
+        crowded.mkdir()
+        for number in range(10_001):
+            (crowded / f"f{number:05d}").write_bytes(b"")
+        (crowded / "target.txt").write_text("old\n")
+        pending = await pending_bash(harness, "echo new > crowded/target.txt")
+        change_set = await pending.dry_run()
+        assert change_set.unrepresentable == "", change_set.unrepresentable
+        assert [(c.path, c.kind) for c in change_set.changes] == [
+            ("crowded/target.txt", "modified")
+        ]
+        await pending.decide(APPLY, change_set.effect_digest)
+        response = await pending.invoke()
+    assert not response.result.is_error, response.result.text
+    assert (crowded / "target.txt").read_text() == "new\n"

@@ -80,8 +80,10 @@ def _canonical(root: str, path: str) -> str:
     return root.rstrip("/") + "/" + path
 
 
-def before_of(root: str, path: str) -> Before:
-    """What `path` (relative to `root`) is now, read without following a symlink."""
+def before_of(root: str, path: str, *, tree: bool = False) -> Before:
+    """What `path` (relative to `root`) is now, read without following a symlink; with
+    `tree`, a directory with a digest of everything under it (a directory to delete: what is
+    deleted must be what the approver saw)."""
     canonical = _canonical(root, path)
     parent, name = os.path.split(canonical)
     try:
@@ -102,7 +104,7 @@ def before_of(root: str, path: str) -> Before:
         if stat.S_ISDIR(info.st_mode):
             fd = fsaccess.open_step(dir_fd, name, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                return Before("directory", *common, 0, 0, _tree_digest(fd))
+                return Before("directory", *common, 0, 0, _tree_digest(fd) if tree else "")
             finally:
                 os.close(fd)
         if stat.S_ISREG(info.st_mode):
@@ -192,13 +194,19 @@ def escapes(path: str, target: str) -> bool:
 def plan_changes(root: str, entries: Iterable[UpperEntry]) -> list[Step]:
     """The steps that make the workspace what the dry run left; raises Unrepresentable."""
     steps: list[Step] = []
+
+    def deleting(path: str, before: Before) -> Step:
+        if before.kind == "directory":  # only a deleted directory is walked whole
+            before = before_of(root, path, tree=True)
+        return Step(path, "delete", before)
+
     for entry in entries:
         before = before_of(root, entry.path)
         if entry.kind == "special":
             raise Unrepresentable(f"{entry.path} is a special file (a FIFO, socket or device)")
         if entry.kind == "whiteout":
             if before.kind != "absent":
-                steps.append(Step(entry.path, "delete", before))
+                steps.append(deleting(entry.path, before))
             continue
         if entry.kind == "directory":
             if before.kind == "directory":
@@ -207,19 +215,19 @@ def plan_changes(root: str, entries: Iterable[UpperEntry]) -> list[Step]:
                     # what the upper layer holds again (its own steps follow).
                     for child in _lower_children(root, entry.path):
                         child_path = f"{entry.path}/{child}"
-                        steps.append(Step(child_path, "delete", before_of(root, child_path)))
+                        steps.append(deleting(child_path, before_of(root, child_path)))
                 if stat.S_IMODE(_mode_of(root, entry.path)) != entry.mode:
                     steps.append(Step(entry.path, "chmod", before, mode=entry.mode))
                 continue
             if before.kind != "absent":
-                steps.append(Step(entry.path, "delete", before))
+                steps.append(deleting(entry.path, before))
             steps.append(Step(entry.path, "mkdir", Before("absent"), mode=entry.mode))
             continue
         if entry.kind == "symlink":
             if before.kind == "symlink" and before.digest == entry.target:
                 continue
             if before.kind == "directory":
-                steps.append(Step(entry.path, "delete", before))
+                steps.append(deleting(entry.path, before))
                 before = Before("absent")
             steps.append(Step(entry.path, "symlink", before, target=entry.target))
             continue
@@ -232,7 +240,7 @@ def plan_changes(root: str, entries: Iterable[UpperEntry]) -> list[Step]:
                     steps.append(Step(entry.path, "chmod", before, mode=entry.mode))
                 continue
         elif before.kind == "directory":
-            steps.append(Step(entry.path, "delete", before))
+            steps.append(deleting(entry.path, before))
             before = Before("absent")
         steps.append(Step(entry.path, "write", before, entry.content, entry.mode))
     return steps
@@ -349,7 +357,7 @@ def check_plan(root: str, plan: Plan) -> None:
         if step.path in seen:
             continue  # a replaced path: checked at its first step
         seen.add(step.path)
-        if before_of(root, step.path) != step.before:
+        if before_of(root, step.path, tree=step.action == "delete") != step.before:
             raise Stale(step.path)
 
 
