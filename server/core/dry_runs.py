@@ -11,6 +11,12 @@ agent sees nothing of it before a decision: not the output, not the effect diges
 
 One dry run per session at a time (DRY_RUN_BUSY otherwise), and at most `max_running` across
 the server; in "gated" mode a session's calls wait their turn, at most `GATED_QUEUE` of them.
+
+The plans kept for "apply exactly this" hold the files' new content in memory until their call
+ends: at most one dry run's cap (`DryRunSettings.max_bytes`) per session and `HELD_RUNS` of
+them across the server. Past that the oldest plans of pending calls are let go (the session's
+own first): their change sets stay shown, say so, and can no longer be applied (a plan already
+chosen for an Invoke is never let go).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+from collections import OrderedDict
 from typing import Final
 
 import anyio
@@ -36,6 +43,12 @@ log = logging.getLogger(__name__)
 
 DRY_RUN_MODES: Final = ("on_request", "gated", "off")
 GATED_QUEUE: Final = 8
+HELD_RUNS: Final = 4
+"""Server-wide, the plans held for "apply exactly this" hold at most this many dry runs' cap."""
+LET_GO: Final = (
+    "its changes were let go to bound the memory dry runs hold (a newer dry run took their "
+    "place); ask for the dry run again"
+)
 POLICY: Final = "policy"
 
 
@@ -60,6 +73,8 @@ class DryRuns:
         self._secret = secrets.token_bytes(32)
         self._locks: dict[str, anyio.Lock] = {}  # one dry run per session at a time
         self._queued: dict[str, int] = {}
+        # Pending calls holding a plan, oldest first: execution ID -> (session ID, bytes).
+        self._held: OrderedDict[str, tuple[str, int]] = OrderedDict()
         self._slots = anyio.Semaphore(max(max_running, 1))
         lifecycle.board.hooks = self
 
@@ -119,15 +134,54 @@ class DryRuns:
         try:
             async with self._lock(record.session_id), self._slots:
                 _check_pending(record)
-                change_set, plan = await self._dry_run(record, requested_by)
+                change_set, plan, held = await self._dry_run(record, requested_by)
         finally:
             self._release(record.session_id)
         if record.state is State.AWAITING_APPROVAL:
             record.dry_run, record.dry_run_plan = change_set, plan
+            if plan is not None:
+                self._hold(record, held)
             self.lifecycle.board.attach(record.execution_id, change_set)
         return change_set
 
-    async def _dry_run(self, record: CallRecord, requested_by: str) -> tuple[ChangeSet, object]:
+    def _hold(self, record: CallRecord, size: int) -> None:
+        """Count `record`'s new plan, and let go of the oldest others past the bounds."""
+        self._held.pop(record.execution_id, None)
+        self._held[record.execution_id] = (record.session_id, size)
+        held: dict[str, CallRecord] = {}
+        for execution_id in list(self._held):
+            other = self.lifecycle.call_record(execution_id)
+            if other is None or (other.dry_run_plan is None and other.apply_plan is None):
+                del self._held[execution_id]  # ended, or its plan is gone already
+            else:
+                held[execution_id] = other
+        session_cap = self.settings.max_bytes
+        server_cap = HELD_RUNS * self.settings.max_bytes
+
+        def totals() -> tuple[int, int]:
+            mine = sum(n for s, n in self._held.values() if s == record.session_id)
+            return mine, sum(n for _, n in self._held.values())
+
+        for execution_id, (session_id, _) in list(self._held.items()):
+            mine, everyone = totals()
+            if mine <= session_cap and everyone <= server_cap:
+                return
+            other = held[execution_id]
+            over_mine = mine > session_cap and session_id == record.session_id
+            evictable = other is not record and other.apply_plan is None
+            if evictable and (over_mine or everyone > server_cap):
+                self._let_go(other)
+
+    def _let_go(self, record: CallRecord) -> None:
+        del self._held[record.execution_id]
+        record.dry_run_plan = None
+        if record.dry_run is not None:
+            record.dry_run = dataclasses.replace(record.dry_run, unrepresentable=LET_GO)
+            self.lifecycle.board.attach(record.execution_id, record.dry_run)
+
+    async def _dry_run(
+        self, record: CallRecord, requested_by: str
+    ) -> tuple[ChangeSet, object | None, int]:
         ids = {"session_id": record.session_id, "execution_id": record.execution_id}
         await self.lifecycle.journal.record_durable(
             "call.dry_run", **ids, principal=requested_by, data={"digest": record.digest}
@@ -157,7 +211,7 @@ class DryRuns:
                 "failure": change_set.failure,
             },
         )
-        return change_set, outcome.plan
+        return change_set, outcome.plan, outcome.plan_bytes
 
     # ------------------------------------------------------------------ board hooks
 

@@ -70,6 +70,8 @@ class DryRunOutcome:
     change_set: ChangeSet
     covered: bytes
     plan: object | None
+    # What the plan holds in memory (the files' new content, the output), in bytes.
+    plan_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,3 +236,30 @@ async def test_a_dry_run_that_writes_past_its_cap_is_not_applicable(tmp_path: Pa
         change_set = await pending.dry_run()
     assert "size cap" in change_set.unrepresentable
     assert "No space left on device" in change_set.output_head
+
+
+async def test_the_plans_one_session_keeps_in_memory_are_bounded(tmp_path: Path) -> None:
+    """An agent's flood of dry-run-able calls that each write up to the cap would make the
+    server keep every plan's content until its call ends: past one dry run's cap per session
+    the oldest plan is let go (shown as such, no longer applicable); the newest applies."""
+    async with dry_run_server(tmp_path, bash={"dry_run_max_bytes": 1 << 20}) as harness:
+        first = await pending_bash(harness, "head -c 700000 /dev/zero > a.bin")
+        first_changes = await first.dry_run()
+        assert first_changes.unrepresentable == ""
+        second = await pending_bash(
+            harness, "head -c 700000 /dev/zero > b.bin", session_id=first.session_id
+        )
+        second_changes = await second.dry_run()
+        assert second_changes.unrepresentable == ""
+        shown = await approver(harness).GetPendingApproval(
+            apb.GetPendingApprovalRequest(execution_id=first.call.execution_id)
+        )
+        assert "let go" in shown.approval.change_set.unrepresentable
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await first.decide(APPLY, first_changes.effect_digest)
+        assert "NOTHING_TO_APPLY" in str(refused.value.trailing_metadata())
+        await second.decide(APPLY, second_changes.effect_digest)
+        response = await second.invoke()
+    assert not response.result.is_error, response.result.text
+    assert (harness.workspace / "b.bin").stat().st_size == 700_000
+    assert not (harness.workspace / "a.bin").exists()

@@ -63,10 +63,13 @@ async def dry_run_server(tmp_path: Path, **overrides: Any) -> AsyncIterator[Harn
         yield harness
 
 
-async def pending_bash(harness: Harness, command: str, **extra: Any) -> Pending:
-    """`command` prepared and gated (nothing allows it), with its pending approval."""
+async def pending_bash(
+    harness: Harness, command: str, *, session_id: str = "", **extra: Any
+) -> Pending:
+    """`command` prepared and gated (nothing allows it), with its pending approval; in a new
+    session unless `session_id` names one."""
     stub = harness.stub()
-    session_id = await open_session(stub)
+    session_id = session_id or await open_session(stub)
     watcher = Watcher(approver(harness))
     try:
         call = await prepare(stub, session_id, "Bash", {"command": command, **extra}, evaluate=True)

@@ -160,8 +160,10 @@ def _report(
          covered(steps)],
         separators=(",", ":"),
     ).encode()  # fmt: skip
-    plan = None if unrepresentable or failure else AppliedPlan(Plan(tuple(steps)), result)
-    return DryRunOutcome(change_set, covering, plan)
+    if unrepresentable or failure:
+        return DryRunOutcome(change_set, covering, None)
+    held = sum(len(step.content) for step in steps) + len(result.text.encode())
+    return DryRunOutcome(change_set, covering, AppliedPlan(Plan(tuple(steps)), result), held)
 
 
 async def apply_recorded(workspace: Workspace, applied: AppliedPlan) -> ToolResult:
