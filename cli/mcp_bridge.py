@@ -404,7 +404,9 @@ class McpBridge:
         arguments are the same (and its outcome, if it ran), and refuses otherwise, and then
         this is a call of its own."""
         text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        entry = await self._ledger_do(lambda ledger: ledger.find(key))
+        entry = None
+        if self._ledger is not None and self._ledger.may_hold():
+            entry = await self._ledger_do(lambda ledger: ledger.find(key))
         if entry is not None:
             waiting.prepare_request_id = entry.prepare_request_id
             waiting.execution_id = entry.execution_id

@@ -83,6 +83,16 @@ class Ledger:
         self._path = directory / f"{name}.json"
         self._keep = keep_seconds
 
+    def may_hold(self) -> bool:
+        """False only when the ledger surely holds nothing (no file, or an empty one): one
+        `stat`, no lock, so a bridge's every call need not read the file."""
+        try:
+            return os.stat(self._path, follow_symlinks=False).st_size > len(b"{}")
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # a real look, which says what is wrong
+
     def find(self, key: str) -> LedgerEntry | None:
         with self._locked() as entries:
             return entries.get(key)

@@ -139,3 +139,12 @@ def test_a_session_name_cannot_leave_the_ledger_directory(tmp_path: Path) -> Non
     for name in ("../x", "", ".hidden", "a/b"):
         with pytest.raises(ValueError, match="plain name"):
             Ledger(tmp_path, name, 3600)
+
+
+def test_an_empty_or_absent_ledger_is_known_empty_without_reading_it(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger", "s", 3600)
+    assert not ledger.may_hold()  # no file yet
+    ledger.put("k", _entry("call_x"))
+    assert ledger.may_hold()
+    ledger.drop("k")
+    assert not ledger.may_hold()  # "{}" left
