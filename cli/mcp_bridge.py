@@ -170,10 +170,17 @@ def default_session_name(token: str) -> str:
     return "mcp-" + digest.hexdigest()
 
 
-def call_key(tool: str, arguments: Mapping[str, object]) -> str:
-    """What makes two tool calls "the same call": the tool and its arguments, canonical."""
-    canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def canonical_arguments(arguments: Mapping[str, object]) -> str:
+    """The arguments as the bridge sends them: JSON with sorted keys, so that the same call
+    made again is byte for byte the same request (its Prepare request fingerprint)."""
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def call_key(tool: str, arguments: Mapping[str, object], text: str | None = None) -> str:
+    """What makes two tool calls "the same call": the tool and its arguments, canonical
+    (`text`: `canonical_arguments(arguments)`, when already made)."""
+    canonical = text if text is not None else canonical_arguments(arguments)
+    return hashlib.sha256(f"{tool}\0{canonical}".encode()).hexdigest()
 
 
 class TurnBatches:
@@ -336,7 +343,8 @@ class McpBridge:
         of a call that waits, runs, or was answered as pending gets that same call. With
         `tasks`, a call that waits for an approver is answered with a task to poll."""
         arguments: Mapping[str, object] = params.arguments or {}
-        key = call_key(params.name, arguments)
+        text = canonical_arguments(arguments)
+        key = call_key(params.name, arguments, text)
         self._forget_stale()
         try:
             waiting = self._waiting.get(key)
@@ -353,7 +361,7 @@ class McpBridge:
                 waiting = _Waiting(str(uuid.uuid4()))
                 self._waiting[key] = waiting
                 try:
-                    started = await self._start(ctx, params.name, arguments, key, waiting)
+                    started = await self._start(ctx, params.name, text, key, waiting)
                 finally:
                     waiting.ready.set()
                     if waiting.call is None:
@@ -394,7 +402,7 @@ class McpBridge:
         self,
         ctx: ServerRequestContext[Any],
         name: str,
-        arguments: Mapping[str, object],
+        text: str,
         key: str,
         waiting: _Waiting,
     ) -> types.CallToolResult | None:
@@ -403,7 +411,6 @@ class McpBridge:
         prepared again with its own request IDs: the server returns that call if the tool and
         arguments are the same (and its outcome, if it ran), and refuses otherwise, and then
         this is a call of its own."""
-        text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         entry = None
         if self._ledger is not None and self._ledger.may_hold():
             entry = await self._ledger_do(lambda ledger: ledger.find(key))
