@@ -280,3 +280,29 @@ async def test_a_change_in_a_large_directory_is_applicable_and_lands(tmp_path: P
         response = await pending.invoke()
     assert not response.result.is_error, response.result.text
     assert (crowded / "target.txt").read_text() == "new\n"
+
+
+@needs_root
+async def test_a_dry_run_asked_with_bad_input_is_refused_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    async with dry_run_server(tmp_path) as harness:
+        pending = await pending_bash(harness, "echo x > x.txt")
+        stub = approver(harness)
+        cases = [
+            (pending.call.execution_id, "0" * 64, grpc.StatusCode.FAILED_PRECONDITION,
+             "DIGEST_MISMATCH"),
+            ("call_" + "0" * 32, pending.call.digest, grpc.StatusCode.NOT_FOUND,
+             "CALL_NOT_FOUND"),
+            ("", pending.call.digest, grpc.StatusCode.INVALID_ARGUMENT, "execution_id"),
+        ]  # fmt: skip
+        for execution_id, digest, code, said in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.DryRun(apb.DryRunRequest(execution_id=execution_id, digest=digest))
+            assert refused.value.code() == code
+            assert said in str(refused.value.trailing_metadata()) + (refused.value.details() or "")
+        shown = await stub.GetPendingApproval(
+            apb.GetPendingApprovalRequest(execution_id=pending.call.execution_id)
+        )
+    assert not shown.approval.HasField("change_set")
+    assert not (harness.workspace / "x.txt").exists()
